@@ -1,0 +1,232 @@
+"""Functional calls on Keras 3 models: run a model on weights given as tensors.
+
+A hypernetwork or an inner-loop learner produces the weights of a *target network* as
+tensors. To differentiate through them, the target must run on those tensors directly:
+``set_weights`` / ``Variable.assign`` would cut the gradient tape. This module wraps
+Keras 3's ``Layer.stateless_call`` so that
+
+* weights are keyed by *variable path* relative to the model (``"conv2/kernel"``;
+  ``"backbone/conv2/kernel"`` for a nested model), see :func:`variable_paths`;
+* weights not given come from the model's own variables (so gradients reach those too);
+* the model's variables are never written: the updated non-trainable state (BatchNorm
+  moving statistics, RNG seed state) is *returned* for the caller to apply or feed back.
+
+Everything here works eagerly, inside ``tf.function`` (with or without
+``jit_compile=True``) and under nested tapes, because it is ordinary TensorFlow code.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import keras
+import tensorflow as tf
+
+Weights = Mapping[str, tf.Tensor]
+Patterns = Union[str, Sequence[str], None]
+
+
+def _check_built(model: keras.Model) -> None:
+  if not model.built or not model.variables:
+    raise ValueError(
+        f"Model {model.name!r} is not built, so its weights have no shapes yet. Build it "
+        "first: call it once on an example batch, or construct it with keras.Input(...).")
+
+
+def _relative_path(model: keras.Model, variable) -> str:
+  path = variable.path
+  prefix = model.name + "/"
+  return path[len(prefix):] if path.startswith(prefix) else path
+
+
+def variable_paths(model: keras.Model, trainable: Optional[bool] = None) -> Dict[str, keras.Variable]:
+  """Returns ``{path: variable}`` for a built Keras model, in ``model.variables`` order.
+
+  Args:
+    model: a built Keras 3 model (Sequential, Functional, subclassed or nested).
+    trainable: ``True`` for trainable variables only, ``False`` for non-trainable only,
+      ``None`` for all.
+
+  Returns:
+    An ordered dict from path (the variable's Keras path with the model's own name
+    stripped, e.g. ``"conv1/kernel"``, ``"bn/moving_mean"``) to the ``keras.Variable``.
+
+  Raises:
+    ValueError: if the model is not built, or two variables share a path (rename the
+      layers so that each has a unique name).
+  """
+  _check_built(model)
+  if trainable is None:
+    variables = model.variables
+  elif trainable:
+    variables = model.trainable_variables
+  else:
+    variables = model.non_trainable_variables
+  paths: Dict[str, keras.Variable] = {}
+  for v in variables:
+    p = _relative_path(model, v)
+    if p in paths and paths[p] is not v:
+      raise ValueError(
+          f"Two variables of model {model.name!r} share the path {p!r}; give their "
+          "layers unique names so each weight can be addressed.")
+    paths[p] = v
+  return paths
+
+
+def _compile_patterns(patterns: Patterns) -> List[str]:
+  if patterns is None:
+    return ["*"]
+  if isinstance(patterns, str):
+    patterns = [p.strip() for p in patterns.split(",") if p.strip()]
+  return list(patterns)
+
+
+def _matches(pattern: str, path: str) -> bool:
+  """Glob match (``conv*/kernel``), or a regex when written ``re:<regex>``."""
+  if pattern.startswith("re:"):
+    return re.fullmatch(pattern[3:], path) is not None
+  return fnmatch.fnmatchcase(path, pattern)
+
+
+def select_paths(model: keras.Model, patterns: Patterns = None, *, trainable: Optional[bool] = True,
+                 exclude: Patterns = ()) -> List[str]:
+  """Selects variable paths of ``model`` by glob or regex patterns.
+
+  Args:
+    model: a built Keras model.
+    patterns: a glob (``"conv*/kernel"``), a regex written ``"re:conv\\d/.*"``, a
+      comma-separated string of them, or a list of them. ``None`` selects everything.
+    trainable: restrict to trainable (``True``, default), non-trainable (``False``) or all
+      (``None``) variables.
+    exclude: patterns removed from the selection.
+
+  Returns:
+    The matching paths, in the model's variable order.
+
+  Raises:
+    ValueError: if a pattern matches no variable; the message lists the available paths.
+  """
+  paths = list(variable_paths(model, trainable=trainable))
+  pats = _compile_patterns(patterns)
+  excl = _compile_patterns(exclude) if exclude else []
+  for pat in pats:
+    if not any(_matches(pat, p) for p in paths):
+      raise ValueError(
+          f"Pattern {pat!r} matches no {'trainable ' if trainable else ''}weight of model "
+          f"{model.name!r}. Available paths: {paths}")
+  return [p for p in paths
+          if any(_matches(pat, p) for pat in pats) and not any(_matches(e, p) for e in excl)]
+
+
+def weight_spec(model: keras.Model, patterns: Patterns = None, **kwargs) -> Dict[str, tf.TensorSpec]:
+  """Returns ``{path: tf.TensorSpec(shape, dtype)}`` for the selected weights of ``model``.
+
+  This is how a hypernetwork learns the shapes of the weights it must generate: from the
+  target network itself, nothing hand-typed. Arguments are those of :func:`select_paths`.
+  """
+  variables = variable_paths(model, trainable=kwargs.get("trainable", True))
+  return {p: tf.TensorSpec(tuple(variables[p].shape), tf.as_dtype(variables[p].dtype), name=p)
+          for p in select_paths(model, patterns, **kwargs)}
+
+
+def _check_value(path: str, variable, value, batched: bool = False) -> tf.Tensor:
+  value = tf.convert_to_tensor(value)
+  expected = tuple(variable.shape)
+  given = tuple(value.shape)
+  if len(given) != len(expected) or any(
+      g is not None and g != e for g, e in zip(given, expected)):
+    raise ValueError(
+        f"Weight {path!r}: expected shape {expected}, given shape {given}.")
+  if value.dtype != tf.as_dtype(variable.dtype):
+    raise TypeError(
+        f"Weight {path!r}: expected dtype {tf.as_dtype(variable.dtype).name}, given "
+        f"{value.dtype.name}. Cast it (tf.cast) or build the model with that dtype.")
+  return value
+
+
+def functional_call(model: keras.Model, weights: Optional[Weights], *args,
+                    training: Optional[bool] = False, return_state: bool = False,
+                    state: Optional[Weights] = None, strict: bool = True, **kwargs):
+  """Runs ``model(*args, **kwargs)`` with some or all of its weights given as tensors.
+
+  The forward pass reads ``weights[path]`` wherever the model would read the variable at
+  that path, so gradients flow from the outputs back to those tensors (and on to whatever
+  produced them: a hypernetwork, an inner loop). Variables whose path is not in
+  ``weights`` are read as they are, so their gradients flow to the variables.
+
+  Built on Keras 3 ``Layer.stateless_call``; the model's variables are never assigned.
+
+  Args:
+    model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
+    weights: ``{path: tensor}`` for trainable (or non-trainable) variables, with the
+      variable's exact shape and dtype. Paths as in :func:`variable_paths`. ``None`` or
+      ``{}`` runs the model on its own variables.
+    *args: the model's inputs, e.g. a float32 batch of shape ``[B, H, W, C]``.
+    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout).
+    return_state: also return the updated non-trainable state.
+    state: ``{path: tensor}`` for non-trainable variables (e.g. BatchNorm moving
+      statistics fed back from a previous call); merged with ``weights``.
+    strict: raise on a path that is not a variable of the model (default). With
+      ``False`` unknown paths are ignored.
+    **kwargs: passed to the model's ``call``.
+
+  Returns:
+    The model's outputs; with ``return_state=True`` a pair ``(outputs, new_state)`` where
+    ``new_state`` is ``{path: tensor}`` over all non-trainable variables (moving mean and
+    variance after this batch in training mode, unchanged values in inference mode). Apply
+    it with :func:`assign_state` or feed it back through ``state=``.
+
+  Raises:
+    ValueError: the model is not built; a path names no variable of the model (the
+      message lists the paths); a tensor's shape differs from the variable's.
+    TypeError: a tensor's dtype differs from the variable's.
+  """
+  _check_built(model)
+  given: Dict[str, tf.Tensor] = dict(weights or {})
+  if state:
+    given.update(state)
+  trainable = variable_paths(model, trainable=True)
+  non_trainable = variable_paths(model, trainable=False)
+  if strict:
+    unknown = [p for p in given if p not in trainable and p not in non_trainable]
+    if unknown:
+      raise ValueError(
+          f"Unknown weight path(s) {unknown} for model {model.name!r}. Known paths: "
+          f"{list(trainable) + list(non_trainable)}")
+  tv = [_check_value(p, v, given[p]) if p in given else v for p, v in trainable.items()]
+  ntv = [_check_value(p, v, given[p]) if p in given else v for p, v in non_trainable.items()]
+  if training is not None:
+    kwargs["training"] = training
+  outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
+  if return_state:
+    return outputs, dict(zip(non_trainable.keys(), new_ntv))
+  return outputs
+
+
+def assign_state(model: keras.Model, state: Weights) -> None:
+  """Writes a state dict returned by :func:`functional_call` into the model's variables.
+
+  Use it for non-trainable state only (BatchNorm moving statistics, seed generators):
+  writing trainable weights this way would cut the gradient tape.
+
+  Raises:
+    ValueError: a path names no non-trainable variable of the model.
+  """
+  variables = variable_paths(model, trainable=False)
+  for path, value in state.items():
+    if path not in variables:
+      raise ValueError(f"{path!r} is not a non-trainable variable of {model.name!r}; "
+                       f"known: {list(variables)}")
+    variables[path].assign(value)
+
+
+def num_elements(spec: Mapping[str, tf.TensorSpec]) -> int:
+  """Total number of scalars in a weight spec (``{path: TensorSpec}``)."""
+  total = 0
+  for s in spec.values():
+    n = 1
+    for d in s.shape:
+      n *= int(d)
+    total += n
+  return total
