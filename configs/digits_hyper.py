@@ -17,6 +17,7 @@ def get_config():
   c.checkpoint_every = 1000
   c.model.conv_widths = (32, 64)
   c.model.dense_widths = (64,)
+  c.model.dropout = 0.3
   c.hypernet.kind = "chunked"
   c.hypernet.targets = "conv*/*,dense*/*,head/*"   # every weight of the target
   c.hypernet.chunk_size = 1024

@@ -13,6 +13,7 @@ def get_config():
   c.batch_size = 64
   c.model.conv_widths = (32, 64)
   c.model.dense_widths = (64,)
+  c.model.dropout = 0.3
   c.hypernet.kind = "none"
   c.optim.lr = 1e-3
   return c
