@@ -301,6 +301,30 @@ def test_overrides_are_per_thread_and_restored():
   _assert_unmodified(model, snapshot)
 
 
+def test_functional_call_overrides_inside_mirrored_strategy():
+  # conftest splits the CPU into /cpu:0 and /cpu:1; each replica runs in its own thread,
+  # and functional_call enters the (thread-local) override there.
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope():
+    model = _built("functional")
+
+  @tf.function
+  def step():
+    def replica():
+      x = tf.ones((1, 1))
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = functional.functional_call(model, None, x, overrides=TWO)
+      return y, tape.gradient(y, x)
+    return strategy.run(replica)
+
+  y, dx = step()
+  for t in strategy.experimental_local_results(y) + strategy.experimental_local_results(dx):
+    assert t.numpy().item() == 4.0
+  assert model(tf.ones((1, 1))).numpy().item() == 1.0
+  assert "call" not in vars(model.get_layer("a"))
+
+
 def _cnn(kind):
   conv = keras.layers.Conv2D(32, 3, name="conv")  # linear: its output is a pre-activation
   head = keras.layers.Dense(5, name="head")
