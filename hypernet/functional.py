@@ -16,12 +16,15 @@ Everything here works eagerly, inside ``tf.function`` (with or without
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
+
+from hypernet import ops
 
 Weights = Mapping[str, tf.Tensor]
 Patterns = Union[str, Sequence[str], None]
@@ -147,7 +150,8 @@ def _check_value(path: str, variable, value, batched: bool = False) -> tf.Tensor
 
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
-                    state: Optional[Weights] = None, strict: bool = True, **kwargs):
+                    state: Optional[Weights] = None, strict: bool = True,
+                    overrides: Optional[Mapping[str, Callable]] = None, **kwargs):
   """Runs ``model(*args, **kwargs)`` with some or all of its weights given as tensors.
 
   The forward pass reads ``weights[path]`` wherever the model would read the variable at
@@ -169,6 +173,11 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       statistics fed back from a previous call); merged with ``weights``.
     strict: raise on a path that is not a variable of the model (default). With
       ``False`` unknown paths are ignored.
+    overrides: ``{layer name: fn}``; during this call the layer's output ``h`` is
+      replaced by ``fn(h)`` for everything downstream, while the gradient passes
+      straight through to ``h`` (see :func:`hypernet.ops.override_layer_outputs`). E.g.
+      a model ``y = a**2`` with ``overrides={"a": lambda a: 2.0 * tf.ones_like(a)}``
+      where ``a = 1`` gives ``y = 4`` and ``dy/da = 4``. The model is left unmodified.
     **kwargs: passed to the model's ``call``.
 
   Returns:
@@ -179,7 +188,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
 
   Raises:
     ValueError: the model is not built; a path names no variable of the model (the
-      message lists the paths); a tensor's shape differs from the variable's.
+      message lists the paths); a tensor's shape differs from the variable's; an
+      ``overrides`` key names no layer (the message lists the layer names).
     TypeError: a tensor's dtype differs from the variable's.
   """
   _check_built(model)
@@ -198,7 +208,9 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   ntv = [_check_value(p, v, given[p]) if p in given else v for p, v in non_trainable.items()]
   if training is not None:
     kwargs["training"] = training
-  outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
+  with (ops.override_layer_outputs(model, overrides) if overrides
+        else contextlib.nullcontext()):
+    outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
   if return_state:
     return outputs, dict(zip(non_trainable.keys(), new_ntv))
   return outputs
