@@ -18,6 +18,7 @@ setup(
         "absl-py",
         "ml-collections",
         "scikit-learn",
+        "pillow",
     ],
     extras_require={
         "test": ["pytest", "pytest-timeout"],
