@@ -45,6 +45,9 @@ class ChunkedHypernetwork(keras.Model):
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     seed: seed of every initialiser (int).
+    dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
+      policy, float32 by default; ``"float64"`` for finite-difference checks). Generated
+      tensors are cast to the dtypes of ``target_spec``.
     name: Keras model name.
 
   Calling the model (``hnet()`` or ``hnet(None)``) returns ``{path: tensor}`` with
@@ -58,8 +61,8 @@ class ChunkedHypernetwork(keras.Model):
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in", seed: int = 0,
-               name: str = "hypernetwork"):
-    super().__init__(name=name)
+               dtype=None, name: str = "hypernetwork"):
+    super().__init__(name=name, dtype=dtype)
     if not target_spec:
       raise ValueError("target_spec is empty: the hypernetwork has no weights to generate "
                        "(check config.hypernet.targets).")
@@ -82,17 +85,20 @@ class ChunkedHypernetwork(keras.Model):
     gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
     mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
     # Fixed by the target's shapes, so constants rather than checkpointed state.
-    self._gain = tf.constant(gain, tf.float32)
-    self._mean = tf.constant(mean, tf.float32)
+    compute_dtype = self.dtype_policy.compute_dtype
+    self._gain = tf.constant(gain, compute_dtype)
+    self._mean = tf.constant(mean, compute_dtype)
 
     self.chunk_embeddings = self.add_weight(
         shape=(self.num_chunks, int(chunk_emb_dim)), name="chunk_embeddings",
         initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
+    layer_kwargs = {"dtype": self.dtype_policy}
     self.generator_layers = []
     width = int(chunk_emb_dim)
     for i, h in enumerate(hidden):
       layer = keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i))
+                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i),
+                                 **layer_kwargs)
       layer.build((None, width))
       self.generator_layers.append(layer)
       width = int(h)
@@ -101,7 +107,8 @@ class ChunkedHypernetwork(keras.Model):
     out_std = 1.0 / np.sqrt(width * max(mean_sq, 1e-12))
     self.output_head = keras.layers.Dense(
         self.chunk_size, name=f"{name}_output",
-        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
+        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101),
+        **layer_kwargs)
     self.output_head.build((None, width))
     self.built = True
 
@@ -112,7 +119,7 @@ class ChunkedHypernetwork(keras.Model):
     return h
 
   def flat_weights(self, embeddings=None) -> tf.Tensor:
-    """All generated scalars as one float32 vector ``[P]`` (before splitting)."""
+    """All generated scalars as one vector ``[P]`` (compute dtype, before splitting)."""
     chunks = self.output_head(self._features(embeddings))    # [C, chunk_size]
     flat = tf.reshape(chunks, [-1])[: self.num_generated]
     return flat * self._gain + self._mean
