@@ -151,6 +151,11 @@ class Trainer:
     latest = self.manager.latest_checkpoint
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
+      # A constant learning rate is a checkpointed variable; the config of the resumed
+      # run wins (schedules are recomputed from the restored iteration count anyway).
+      if not isinstance(self.optimizer._learning_rate,  # pylint: disable=protected-access
+                        keras.optimizers.schedules.LearningRateSchedule):
+        self.optimizer.learning_rate = self.config.optim.lr
       logging.info("Resumed from %s at step %d.", latest, int(self.step))
     return int(self.step)
 

@@ -93,15 +93,14 @@ class ChunkedHypernetwork(keras.Model):
         shape=(self.num_chunks, int(chunk_emb_dim)), name="chunk_embeddings",
         initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
     layer_kwargs = {"dtype": self.dtype_policy}
-    self.generator_layers = []
-    width = int(chunk_emb_dim)
-    for i, h in enumerate(hidden):
-      layer = keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i),
-                                 **layer_kwargs)
-      layer.build((None, width))
-      self.generator_layers.append(layer)
-      width = int(h)
+    # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
+    self.generator = keras.Sequential(
+        [keras.Input((int(chunk_emb_dim),), dtype=self.dtype_policy.variable_dtype)] +
+        [keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
+                            kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i),
+                            **layer_kwargs) for i, h in enumerate(hidden)],
+        name=f"{name}_generator")
+    width = int(hidden[-1]) if hidden else int(chunk_emb_dim)
     features = self._features()
     mean_sq = float(tf.reduce_mean(tf.square(features)))
     out_std = 1.0 / np.sqrt(width * max(mean_sq, 1e-12))
@@ -113,10 +112,7 @@ class ChunkedHypernetwork(keras.Model):
     self.built = True
 
   def _features(self, embeddings=None) -> tf.Tensor:
-    h = self.chunk_embeddings if embeddings is None else embeddings
-    for layer in self.generator_layers:
-      h = layer(h)
-    return h
+    return self.generator(self.chunk_embeddings if embeddings is None else embeddings)
 
   def flat_weights(self, embeddings=None) -> tf.Tensor:
     """All generated scalars as one vector ``[P]`` (compute dtype, before splitting)."""
