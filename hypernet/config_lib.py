@@ -1,23 +1,215 @@
-"""Config validation: fail before any training work, naming the field."""
+"""Config validation: fail before any training work, naming the field.
+
+Every experiment config starts from :func:`base_config`, which is also the *schema*:
+:func:`validate` checks a config against it (unknown fields with a "did you mean",
+missing fields, wrong types, ``None`` where a value is needed), then the value ranges and
+the impossible combinations it can see without building anything.
+:func:`check_target_patterns` checks the weight patterns against a built target
+network. New fields are added to :func:`base_config` with their defaults; a field whose
+default is ``None`` must be an ``ml_collections.config_dict.placeholder(type)`` so that
+it has a type (a plain ``None`` field cannot be overridden from the command line).
+"""
 from __future__ import annotations
+
+import difflib
+import numbers
+from typing import Any, Dict
 
 _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
                   "checkpoint_every", "checkpoint_keep")
 
+# Fields whose values may also have these types besides the default's type.
+_ALSO_ALLOWED = {"jit_compile": (bool,)}
 
-def validate(config) -> None:
-  """Checks the fields every config shares.
+_NONFINITE_MODES = ("stop", "skip")
 
-  Raises:
-    ValueError: naming the bad field and what it must be.
-  """
+
+class ConfigError(ValueError):
+  """A config field is unknown, missing, of the wrong type or has an impossible value."""
+
+
+def _is_configdict(value) -> bool:
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  return isinstance(value, (ml_collections.ConfigDict, dict))
+
+
+def _expected_type(schema, key):
+  """The type a field must have: the default's, or a placeholder's declared type."""
+  try:
+    declared = schema.get_type(key)
+  except (AttributeError, KeyError):
+    declared = None
+  value = schema[key]
+  if value is None:
+    return declared if declared is not type(None) else None
+  return type(value)
+
+
+def _type_ok(value, expected, key) -> bool:
+  extra = _ALSO_ALLOWED.get(key, ())
+  if extra and isinstance(value, extra):
+    return True
+  if expected is bool:
+    return isinstance(value, bool)
+  if expected is int:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+  if expected is float:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+  if expected in (tuple, list):
+    return isinstance(value, (tuple, list))
+  return isinstance(value, expected)
+
+
+def _type_name(expected, key) -> str:
+  names = [getattr(t, "__name__", str(t)) for t in (expected,) + _ALSO_ALLOWED.get(key, ())]
+  if expected is float:
+    names = ["float (or int)"]
+  return " or ".join(names)
+
+
+def _check_schema(config, schema, prefix: str) -> None:
+  for key in config.keys():
+    if key not in schema:
+      close = difflib.get_close_matches(key, list(schema.keys()), n=1)
+      hint = f" Did you mean config.{prefix}{close[0]}?" if close else ""
+      raise ConfigError(
+          f"config{'.' if prefix else ''}{prefix}{key} is not a known field.{hint} Known "
+          f"fields{' of config.' + prefix[:-1] if prefix else ''}: {sorted(schema.keys())}. "
+          "A new field is added to hypernet/config_lib.py:base_config() with its default.")
+  for key in schema.keys():
+    name = f"config.{prefix}{key}"
+    if key not in config:
+      raise ConfigError(f"{name} is missing: build configs from config_lib.base_config() "
+                        "and override what differs.")
+    value, default = config[key], schema[key]
+    if _is_configdict(default):
+      if not _is_configdict(value):
+        raise ConfigError(f"{name} must be a ConfigDict of fields, got {value!r}.")
+      _check_schema(value, default, f"{prefix}{key}.")
+      continue
+    expected = _expected_type(schema, key)
+    if expected is None:  # An untyped None default: anything goes.
+      continue
+    if value is None:
+      raise ConfigError(f"{name} is None; it needs a value of type "
+                        f"{_type_name(expected, key)} (default {default!r}).")
+    if not _type_ok(value, expected, key):
+      raise ConfigError(f"{name}={value!r} has type {type(value).__name__}; it must be "
+                        f"{_type_name(expected, key)} (default {default!r}).")
+
+
+def _check_values(config) -> None:
   for name in _POSITIVE_INTS:
     value = config.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-      raise ValueError(f"config.{name} must be a positive integer, got {value!r}.")
+      raise ConfigError(f"config.{name} must be a positive integer, got {value!r}.")
   if not isinstance(config.eval_every, int) or config.eval_every < 0:
-    raise ValueError(f"config.eval_every must be an integer >= 0 (0: only at the end), got "
-                     f"{config.eval_every!r}.")
+    raise ConfigError(f"config.eval_every must be an integer >= 0 (0: only at the end), got "
+                      f"{config.eval_every!r}.")
+  s = config.summaries
+  for field in ("every", "kernel_images", "profile_start", "profile_steps"):
+    if s[field] < 0:
+      raise ConfigError(f"config.summaries.{field} must be >= 0, got {s[field]}.")
+  if s.max_filters <= 0:
+    raise ConfigError(f"config.summaries.max_filters must be positive, got {s.max_filters}.")
+  if s.profile_steps and s.profile_start + s.profile_steps > config.num_steps:
+    raise ConfigError(
+        f"config.summaries.profile_start={s.profile_start} + profile_steps={s.profile_steps} "
+        f"runs past config.num_steps={config.num_steps}: the trace would never end. Trace "
+        "earlier steps or fewer.")
+  f = config.fault
+  if f.nonfinite not in _NONFINITE_MODES:
+    raise ConfigError(f"config.fault.nonfinite={f.nonfinite!r}; use one of "
+                      f"{list(_NONFINITE_MODES)}.")
+  if f.max_skips < 0 or (f.nonfinite == "skip" and f.max_skips == 0):
+    raise ConfigError(f"config.fault.max_skips={f.max_skips}: must be >= 0, and > 0 when "
+                      "config.fault.nonfinite='skip'.")
+  if config.hypernet.kind != "none" and not str(config.hypernet.targets).strip():
+    raise ConfigError("config.hypernet.targets is empty, so the hypernetwork "
+                      f"(config.hypernet.kind={config.hypernet.kind!r}) has nothing to "
+                      "generate; give patterns such as 'conv*/kernel' or set kind='none'.")
+
+
+def validate(config) -> None:
+  """Checks a config against :func:`base_config` and the ranges every config shares.
+
+  Runs in microseconds and touches nothing: call it before any training work.
+
+  Args:
+    config: an ``ml_collections.ConfigDict`` built from :func:`base_config`.
+
+  Raises:
+    ConfigError (a ValueError): naming the bad field and what it must be: an unknown
+      field (with the closest known name), a missing field, a wrong type (ints are
+      accepted for floats, lists for tuples), ``None`` where the default is not, a value
+      out of range, or an impossible combination (a profiler window past
+      ``num_steps``, a hypernetwork with no target patterns, ...).
+  """
+  _check_schema(config, base_config(), "")
+  _check_values(config)
+
+
+def check_target_patterns(config, target) -> None:
+  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight.
+
+  Args:
+    config: the experiment config.
+    target: the built target network (a Keras model).
+
+  Raises:
+    ConfigError: naming ``config.hypernet.targets``, the pattern that matches nothing
+      and the target's trainable weight paths.
+  """
+  if config.hypernet.kind == "none":
+    return
+  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  paths = list(functional.variable_paths(target, trainable=True))
+  patterns = [p.strip() for p in str(config.hypernet.targets).split(",") if p.strip()]
+  for pattern in patterns:
+    if not any(functional._matches(pattern, p) for p in paths):  # pylint: disable=protected-access
+      raise ConfigError(
+          f"config.hypernet.targets={config.hypernet.targets!r}: the pattern {pattern!r} "
+          f"matches no trainable weight of the target network {target.name!r}. Its "
+          f"trainable weights: {paths}.")
+
+
+def flatten(config, prefix: str = "") -> Dict[str, Any]:
+  """``{"optim.lr": 0.001, "model.conv_widths": (32, 64), ...}``: every leaf by dotted path."""
+  out: Dict[str, Any] = {}
+  for key in config.keys():
+    value = config[key]
+    if _is_configdict(value):
+      out.update(flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def config_from_dict(values: Dict[str, Any]):
+  """Rebuilds a config from ``config.to_dict()`` or its JSON (``workdir/config.json``).
+
+  Fields take the types of :func:`base_config` (JSON lists become tuples again).
+
+  Raises:
+    ConfigError: as :func:`validate`, for fields that are not in the schema.
+  """
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  def convert(values, schema, prefix):
+    out = ml_collections.ConfigDict()
+    for key, value in values.items():
+      default = schema[key] if key in schema else None
+      if isinstance(value, dict):
+        out[key] = convert(value, default if _is_configdict(default) else {}, f"{prefix}{key}.")
+      elif isinstance(value, list):
+        out[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+      else:
+        out[key] = value
+    return out
+
+  config = convert(values, base_config(), "")
+  validate(config)
+  return config
 
 
 def base_config():
@@ -73,4 +265,19 @@ def base_config():
   c.optim.weight_decay = 0.0
   c.optim.momentum = 0.9
   c.optim.grad_clip_norm = 0.0
+
+  # Observability and fault tolerance (hypernet/summaries.py, hypernet/checkpoints.py).
+  c.deterministic = False      # enable TF op determinism: bitwise-identical CPU reruns
+  c.summaries = ml_collections.ConfigDict()
+  c.summaries.every = 500      # weight histograms, kernel images, norms (0: off)
+  c.summaries.kernel_images = 1  # draw the first N conv kernels as filter grids
+  c.summaries.max_filters = 64   # filters per grid
+  c.summaries.hparams = True   # hparams plugin: flattened config and final metrics
+  c.summaries.profile_start = 0  # first step of a profiler trace
+  c.summaries.profile_steps = 0  # steps to trace (0: no trace)
+  c.fault = ml_collections.ConfigDict()
+  c.fault.nonfinite = "stop"   # NaN/inf loss or gradient: stop | skip (the bad step)
+  c.fault.max_skips = 10       # skip mode: stop after this many skipped steps
+  c.fault.handle_signals = True  # SIGTERM/SIGINT: save a checkpoint, then exit
+  c.fault.lock_workdir = True  # refuse a second training job on the same workdir
   return c
