@@ -1,14 +1,41 @@
-"""TensorBoard summaries under the workdir: ``train/`` and ``eval/`` event files."""
+"""TensorBoard summaries under the workdir.
+
+Runs (sub-folders of the workdir, as TensorBoard shows them):
+
+* ``train/`` -- scalars every ``config.log_every`` steps (loss, accuracy, learning rate,
+  steps/s, examples/s, gradient norm), the config as text, parameter counts, and every
+  ``config.summaries.every`` steps the *model summaries* of :class:`ModelSummaries`:
+  histograms of each generated weight tensor and of the chunk/condition embeddings,
+  conv kernels drawn as filter grids, per-tensor norms of the generated weights, of
+  the gradients and of the updates; an optional profiler trace (``plugins/profile``);
+* ``eval/`` -- evaluation metrics;
+* ``.`` (the workdir itself) -- the hparams plugin's session: the flattened config as
+  hyperparameters and the ``final/*`` metrics, so that runs started under one parent
+  folder can be compared in the HParams table (``tensorboard --logdir=PARENT``).
+
+Model summaries run in their own ``tf.function`` at the summary interval, on the
+training batch of the next step (read from the step-indexed pipeline, not taken from
+the training iterator), and discard the state the forward pass returns: they neither
+slow the training step nor change what training computes (a test checks that runs with
+and without them end bitwise equal).
+"""
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from absl import logging
+import numpy as np
 import tensorflow as tf
 
 
 class Writer:
-  """Writes scalars and the config; a no-op on non-chief workers (``enabled=False``)."""
+  """Writes summaries into the workdir's runs; a no-op on non-chief workers.
+
+  Args:
+    workdir: the run's output folder.
+    enabled: ``False`` on non-chief workers of a multi-worker job.
+  """
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.enabled = enabled
@@ -17,15 +44,34 @@ class Writer:
 
   def _writer(self, split: str):
     if split not in self._writers:
-      self._writers[split] = tf.summary.create_file_writer(os.path.join(self._workdir, split))
+      self._writers[split] = tf.summary.create_file_writer(
+          os.path.join(self._workdir, split) if split else self._workdir)
     return self._writers[split]
 
   def scalars(self, step: int, values: Mapping[str, float], split: str = "train") -> None:
+    """Scalars ``{tag: float}`` at ``step``."""
     if not self.enabled:
       return
     with self._writer(split).as_default(step=step):
       for k, v in values.items():
         tf.summary.scalar(k, float(v))
+
+  def histograms(self, step: int, values: Mapping[str, np.ndarray], split: str = "train",
+                 buckets: int = 30) -> None:
+    """Histograms ``{tag: array of any shape}`` (all elements) at ``step``."""
+    if not self.enabled:
+      return
+    with self._writer(split).as_default(step=step):
+      for k, v in values.items():
+        tf.summary.histogram(k, np.asarray(v, np.float32).ravel(), buckets=buckets)
+
+  def images(self, step: int, values: Mapping[str, np.ndarray], split: str = "train") -> None:
+    """Images ``{tag: float [H, W, C] in [0, 1]}`` (C = 1 or 3) at ``step``."""
+    if not self.enabled:
+      return
+    with self._writer(split).as_default(step=step):
+      for k, v in values.items():
+        tf.summary.image(k, np.asarray(v, np.float32)[None], max_outputs=1)
 
   def config(self, config) -> None:
     """The config as a markdown code block under the ``config`` text tag."""
@@ -35,6 +81,245 @@ class Writer:
     with self._writer("train").as_default(step=0):
       tf.summary.text("config", text)
 
+  def hparams(self, config, metrics: Sequence[Tuple[str, Optional[str]]],
+              trial_id: Optional[str] = None) -> None:
+    """Registers the run with the hparams plugin (``tensorboard.plugins.hparams.api``).
+
+    Args:
+      config: the experiment config; flattened to ``{"optim.lr": ..., ...}``, tuples
+        written as strings (the plugin takes bool, int, float and str).
+      metrics: ``(tag, run)`` pairs shown as metric columns, ``run`` relative to the
+        workdir (``"eval"``) or ``None`` for the workdir itself (``final/accuracy``).
+      trial_id: the session name (default: the workdir's folder name).
+    """
+    if not self.enabled:
+      return
+    from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    flat = {k: (v if isinstance(v, (bool, int, float, str)) else str(v))
+            for k, v in config_lib.flatten(config).items()}
+    with self._writer("").as_default(step=0):
+      hp.hparams_config(hparams=[hp.HParam(k) for k in flat],
+                        metrics=[hp.Metric(tag, group=group) for tag, group in metrics])
+      hp.hparams(flat, trial_id=trial_id or os.path.basename(os.path.normpath(self._workdir)))
+
   def flush(self) -> None:
     for w in self._writers.values():
       w.flush()
+
+
+# -- what the target network runs on ---------------------------------------------------
+def target_weights(task) -> Dict[str, tf.Tensor]:
+  """The weights the target network runs on, ``{path: tensor}``.
+
+  A task may define ``summary_weights() -> {path: tensor}`` to choose; otherwise, for a
+  task with a weight ``source`` and a ``target`` (:mod:`hypernet.tasks`), the source's
+  generated weights (all conditions of a conditional hypernetwork, with a leading axis)
+  and the target's own trainable variables for the other paths. Empty when the task
+  exposes neither.
+  """
+  if hasattr(task, "summary_weights"):
+    return dict(task.summary_weights())
+  source, target = getattr(task, "source", None), getattr(task, "target", None)
+  if source is None or target is None:
+    return {}
+  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  hnet = getattr(source, "hypernetwork", None)
+  num_conditions = int(getattr(hnet, "num_conditions", 0) or 0)
+  generated = dict(source.weights(tf.range(num_conditions) if num_conditions else None))
+  return {path: generated[path] if path in generated else tf.convert_to_tensor(variable)
+          for path, variable in functional.variable_paths(target, trainable=True).items()}
+
+
+def generated_paths(task) -> List[str]:
+  """The target paths a task's weight source generates (all, with ``summary_weights``)."""
+  if hasattr(task, "summary_weights"):
+    return list(task.summary_weights())
+  return list(getattr(getattr(task, "source", None), "generated_paths", []) or [])
+
+
+def embedding_variables(variables: Iterable) -> Dict[str, object]:
+  """``{path: variable}`` of the trainable variables named like embeddings (chunk,
+  condition / task embeddings)."""
+  return {v.path: v for v in variables if "embedding" in v.path.rsplit("/", 1)[-1]}
+
+
+def kernel_grid(kernel: np.ndarray, max_filters: int = 64, scale: Optional[int] = None) -> np.ndarray:
+  """Draws a conv kernel's filters as one image: a grid of small pictures.
+
+  Each filter ``kernel[:, :, :, o]`` is scaled by its own largest absolute value so that
+  0 is mid-grey (0.5), negative weights darker and positive brighter; filters are
+  enlarged ``scale`` times (nearest neighbour) and separated by 1-pixel white lines.
+
+  Args:
+    kernel: ``[kh, kw, in_channels, out_channels]``; with 3 input channels the filters
+      are RGB, otherwise the mean over input channels is drawn in grey.
+    max_filters: draw at most this many filters (the first ones).
+    scale: enlargement factor (default: filters about 24 pixels wide).
+
+  Returns:
+    float32 ``[H, W, C]`` in ``[0, 1]``, ``C`` = 3 for RGB filters, else 1.
+
+  Raises:
+    ValueError: ``kernel`` is not 4-D.
+  """
+  kernel = np.asarray(kernel, np.float32)
+  if kernel.ndim != 4:
+    raise ValueError(f"kernel must be [kh, kw, in, out], got shape {kernel.shape}.")
+  kh, kw, cin, cout = kernel.shape
+  filters = kernel if cin == 3 else kernel.mean(axis=2, keepdims=True)
+  filters = np.moveaxis(filters, 3, 0)[:max_filters]          # [n, kh, kw, c]
+  peak = np.abs(filters).max(axis=(1, 2, 3), keepdims=True)
+  filters = 0.5 + 0.5 * filters / np.where(peak > 0, peak, 1.0)
+  scale = scale or max(1, 24 // max(kh, kw))
+  filters = filters.repeat(scale, axis=1).repeat(scale, axis=2)
+  n, h, w, c = filters.shape
+  cols = int(np.ceil(np.sqrt(n)))
+  rows = int(np.ceil(n / cols))
+  grid = np.ones((rows * (h + 1) + 1, cols * (w + 1) + 1, c), np.float32)
+  for i in range(n):
+    r, q = divmod(i, cols)
+    grid[1 + r * (h + 1): 1 + r * (h + 1) + h, 1 + q * (w + 1): 1 + q * (w + 1) + w] = filters[i]
+  return grid
+
+
+class ModelSummaries:
+  """Histograms, kernel images and norms of what the hypernetwork produces and learns.
+
+  At each call (every ``config.summaries.every`` steps) a separate ``tf.function``
+  computes, on the training batch of the next step:
+
+  * ``generated/<path>`` histograms: each generated target tensor (``target/<path>``
+    for target weights trained directly); ``embeddings/<variable>``: chunk and
+    condition embeddings;
+  * ``kernels/<path>`` images: the first ``config.summaries.kernel_images`` conv kernels
+    as filter grids (condition 0 of a conditional hypernetwork);
+  * scalars ``norm/<generated|target>/<path>`` (Frobenius norm of each weight tensor),
+    ``grad_norm/<variable>`` (gradient of the training loss w.r.t. each trainable
+    variable: hypernetwork layers and directly trained target weights) and
+    ``update_norm/<variable>`` / ``update_ratio/<variable>`` (change of each variable
+    since the previous summary, absolute and relative to its norm).
+
+  The forward pass's new state (BatchNorm statistics, dropout RNG) is discarded, so
+  training is unchanged.
+
+  Args:
+    task: the built task (:mod:`hypernet.tasks`).
+    variables: the trainable variables the optimiser updates.
+    config: the experiment config (``batch_size``, ``seed``, ``summaries.*``).
+    strategy: the ``tf.distribute`` strategy the variables were made under.
+  """
+
+  def __init__(self, task, variables: Sequence, config, strategy=None):
+    self.task = task
+    self.variables = list(variables)
+    self.config = config
+    self.strategy = strategy or tf.distribute.get_strategy()
+    self.embeddings = embedding_variables(self.variables)
+    self.generated = set(generated_paths(task))
+    self._previous: Optional[Dict[str, np.ndarray]] = None
+    self._compute = tf.function(self._compute_fn)
+
+  def _compute_fn(self, batch):
+    weights = target_weights(self.task)
+    with tf.GradientTape() as tape:
+      loss, _, _ = self.task.train_loss(batch, self.config.batch_size)
+    grads = tape.gradient(loss, self.variables)
+    grad_norms = {v.path: tf.norm(tf.cast(g, tf.float32))
+                  for g, v in zip(grads, self.variables) if g is not None}
+    return weights, grad_norms, loss
+
+  def _batch(self, step: int):
+    ds = self.task.train_dataset(self.config.batch_size, self.config.seed, step)
+    return next(iter(ds.take(1)))
+
+  def compute(self, step: int) -> Dict[str, Dict[str, np.ndarray]]:
+    """Everything written at ``step``, as numpy: ``{"histograms", "images", "scalars"}``."""
+    with self.strategy.scope():
+      weights, grad_norms, _ = self._compute(self._batch(step))
+    weights = {p: t.numpy() for p, t in weights.items()}
+    kind = lambda p: "generated" if p in self.generated else "target"
+    histograms = {f"{kind(p)}/{p}": w for p, w in weights.items()}
+    histograms.update({f"embeddings/{p}": v.numpy() for p, v in self.embeddings.items()})
+    scalars = {f"norm/{kind(p)}/{p}": float(np.linalg.norm(w)) for p, w in weights.items()}
+    scalars.update({f"grad_norm/{p}": float(g) for p, g in grad_norms.items()})
+    current = {v.path: v.numpy() for v in self.variables}
+    if self._previous is not None:
+      for p, value in current.items():
+        delta = float(np.linalg.norm(value - self._previous[p]))
+        scalars[f"update_norm/{p}"] = delta
+        scalars[f"update_ratio/{p}"] = delta / max(float(np.linalg.norm(value)), 1e-12)
+    self._previous = current
+    images = {}
+    kernels = [(p, w) for p, w in weights.items() if p.endswith("kernel") and w.ndim in (4, 5)]
+    for p, w in kernels[: self.config.summaries.kernel_images]:
+      images[f"kernels/{p}"] = kernel_grid(w[0] if w.ndim == 5 else w,
+                                           self.config.summaries.max_filters)
+    return {"histograms": histograms, "images": images, "scalars": scalars}
+
+  def write(self, writer: Writer, step: int) -> None:
+    """Computes and writes the model summaries of ``step`` into ``writer``'s train run."""
+    values = self.compute(step)
+    writer.histograms(step, values["histograms"], "train")
+    writer.images(step, values["images"], "train")
+    writer.scalars(step, values["scalars"], "train")
+
+
+class Profiler:
+  """A profiler trace of steps ``[start, start + num_steps)`` into ``logdir``.
+
+  Written by ``tf.profiler.experimental`` under ``logdir/plugins/profile/<time>/``
+  (TensorBoard's Profile tab, from the ``tensorboard-plugin-profile`` package).
+  ``num_steps = 0`` disables it.
+  """
+
+  def __init__(self, logdir: str, start: int, num_steps: int, enabled: bool = True):
+    self.logdir = logdir
+    self.start, self.stop = start, start + num_steps
+    self.enabled = enabled and num_steps > 0
+    self.active = False
+
+  def boundaries(self) -> List[int]:
+    """Steps at which the train loop must pause so the trace can start or stop."""
+    return [self.start, self.stop] if self.enabled else []
+
+  def update(self, step: int) -> None:
+    """Starts or stops the trace when ``step`` (steps done so far) reaches a boundary."""
+    if not self.enabled:
+      return
+    if not self.active and self.start <= step < self.stop:
+      tf.profiler.experimental.start(self.logdir)
+      self.active = True
+      logging.info("Profiler trace started at step %d.", step)
+    elif self.active and step >= self.stop:
+      tf.profiler.experimental.stop()
+      self.active = False
+      logging.info("Profiler trace of steps %d-%d written under %s/plugins/profile.",
+                   self.start, self.stop, self.logdir)
+
+  def close(self) -> None:
+    if self.active:
+      tf.profiler.experimental.stop()
+      self.active = False
+
+
+def read_scalars(logdir: str) -> Dict[str, List[Tuple[int, float]]]:
+  """Reads the scalars of one run folder: ``{tag: [(step, value), ...]}`` sorted by step.
+
+  Reads both TF2 summaries (tensor values) and legacy ``simple_value`` scalars.
+  """
+  out: Dict[str, Dict[int, float]] = {}
+  for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.HasField("tensor"):
+          array = tf.make_ndarray(value.tensor)
+          if array.ndim != 0 or array.dtype.kind not in "fiu":
+            continue
+          number = float(array)
+        elif value.HasField("simple_value"):
+          number = float(value.simple_value)
+        else:
+          continue
+        out.setdefault(value.tag, {})[int(event.step)] = number
+  return {tag: sorted(steps.items()) for tag, steps in out.items()}

@@ -13,7 +13,15 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
 * a rerun with the same workdir resumes from the latest checkpoint, with the same data
   order (the input pipeline is step-indexed);
 * a NaN/inf loss or gradient stops the run with :class:`NonFiniteLossError` naming the
-  first bad step, before anything from that step is saved;
+  first bad step and the first non-finite tensor (found by replaying that step from the
+  last checkpoint), before anything from that step is saved; with
+  ``config.fault.nonfinite="skip"`` the bad step is skipped instead;
+* SIGTERM / SIGINT: the current chunk finishes, a checkpoint is saved and the process
+  exits by the same signal; a second job on the same workdir is refused
+  (:mod:`hypernet.checkpoints`);
+* every ``config.summaries.every`` steps the model summaries of
+  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms), an
+  optional profiler trace, and the hparams plugin's record of the run;
 * at the end the final evaluation metrics are written to ``workdir/final_metrics.json``.
 """
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 from absl import logging
 import keras
@@ -181,8 +189,106 @@ class Trainer:
     return float(self.optimizer.learning_rate)
 
 
+# -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
 def _next_event(step: int, every: int, end: int) -> int:
   return min(end, (step // every + 1) * every) if every > 0 else end
+
+
+def _check_patterns_before_building(config) -> None:
+  """Fails on a hypernetwork pattern that matches no target weight, naming the field,
+  before anything is built: builds the target network alone (cheap) for image
+  classification tasks."""
+  if config.hypernet.kind == "none" or config.task not in (
+      "classification", "multitask_classification"):
+    return
+  from hypernet import config_lib, models  # pylint: disable=g-import-not-at-top
+  from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
+  data = data_lib.load_classification(config.data)
+  target = models.make_target(config.model, data.image_shape, data.num_classes)
+  config_lib.check_target_patterns(config, target)
+
+
+def _describe_nonfinite(name: str, value) -> Optional[str]:
+  value = tf.convert_to_tensor(value)
+  if not value.dtype.is_floating:
+    return None
+  bad = tf.logical_not(tf.math.is_finite(value))
+  count = int(tf.reduce_sum(tf.cast(bad, tf.int64)))
+  if not count:
+    return None
+  nans = int(tf.reduce_sum(tf.cast(tf.math.is_nan(value), tf.int64)))
+  return (f"{name} ({count} of {int(tf.size(value))} values non-finite: {nans} NaN, "
+          f"{count - nans} inf)")
+
+
+def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
+  """Names the first non-finite tensor of training step ``step`` (1-based).
+
+  Recomputes step ``step`` eagerly on the trainer's *current* parameters (which must be
+  those before that step, see :func:`_replay_to`) and its training batch (index
+  ``step - 1`` of the step-indexed pipeline), checking in computation order: the input
+  batch, the trainable parameters, the generated target weights, the loss, then the
+  gradient of each trainable variable. Nothing is written (the forward pass's new state
+  is discarded).
+
+  Returns:
+    e.g. ``"generated weight conv2/kernel (18432 of 18432 values non-finite: ...)"``, or
+    a sentence saying the step was finite on replay (non-deterministic kernels).
+  """
+  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  config = trainer.config
+  batch = next(iter(trainer.task.train_dataset(config.batch_size, config.seed, step - 1).take(1)))
+  with trainer.strategy.scope():
+    for key, value in batch.items():
+      found = _describe_nonfinite(f"input batch[{key!r}]", value)
+      if found:
+        return found
+    for v in trainer.variables:
+      found = _describe_nonfinite(f"parameter {v.path}", v)
+      if found:
+        return found
+    for path, value in summaries.target_weights(trainer.task).items():
+      found = _describe_nonfinite(f"target weight {path}", value)
+      if found:
+        return found.replace("target weight", "generated weight", 1) \
+            if path in summaries.generated_paths(trainer.task) else found
+    with tf.GradientTape() as tape:
+      loss, _, _ = trainer.task.train_loss(batch, config.batch_size)
+    found = _describe_nonfinite("loss", loss)
+    if found:
+      return found
+    grads = tape.gradient(loss, trainer.variables)
+    for g, v in zip(grads, trainer.variables):
+      found = _describe_nonfinite(f"gradient of {v.path}", g) if g is not None else None
+      if found:
+        return found
+  return ("none: the step was finite when replayed from the last checkpoint (non-"
+          "deterministic kernels?); enable config.deterministic to reproduce it")
+
+
+def _replay_to(trainer: Trainer, step: int) -> int:
+  """Restores the latest checkpoint and replays the steps after it up to ``step``.
+
+  Returns:
+    -1 when the parameters are now those after ``step``; else the first non-finite step
+    met while replaying (the replay stops before it, as the original run did).
+  """
+  start = trainer.restore()
+  if start > step:
+    raise RuntimeError(f"The latest checkpoint (step {start}) is past step {step}.")
+  if step > start:
+    _, bad = trainer.train_chunk(trainer.train_iterator(start), step - start)
+    if bad >= 0:
+      return bad
+    trainer.step.assign(step)
+  return -1
+
+
+def _hparams_metrics(metric_names, counts) -> List[Tuple[str, Optional[str]]]:
+  metrics = [(m, "eval") for m in metric_names] + [("loss", "train"),
+                                                   ("examples_per_sec", "train")]
+  metrics += [(f"final/{m}", None) for m in metric_names]
+  return metrics + [(f"params/{k}", None) for k in counts]
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -191,17 +297,42 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   Args:
     config: an experiment config (see ``configs/``).
     workdir: output folder: ``checkpoints/``, TensorBoard ``train/`` and ``eval/`` event
-      files, ``config.json`` and ``final_metrics.json``.
+      files (and the hparams session in the folder itself), ``config.json``, ``lock`` and
+      ``final_metrics.json``.
 
   Returns:
-    The final evaluation metrics (``{"loss": ..., "accuracy": ...}``).
+    The final evaluation metrics (``{"loss": ..., "accuracy": ...}``) with ``step``,
+    ``wall_time_sec``, ``params/*`` counts and ``skipped_steps`` (non-finite steps
+    skipped with ``config.fault.nonfinite="skip"``).
 
   Raises:
-    NonFiniteLossError: the loss or gradients became NaN/inf (names the step).
-    ValueError: an invalid config (names the field).
+    ConfigError (a ValueError): an invalid config, raised before anything is built or
+      written (names the field).
+    WorkdirInUseError: another live job holds ``workdir``.
+    NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
+      first non-finite tensor).
+
+  On SIGTERM / SIGINT (``config.fault.handle_signals``) a checkpoint is saved and the
+  signal is re-delivered once the lock is released: SIGTERM ends the process, SIGINT
+  raises ``KeyboardInterrupt``. Rerunning the same command resumes.
   """
-  from hypernet import config_lib, summaries  # pylint: disable=g-import-not-at-top
+  from hypernet import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
   config_lib.validate(config)
+  _check_patterns_before_building(config)
+  if config.deterministic:
+    tf.config.experimental.enable_op_determinism()
+  chief = distribute.is_chief(tf.distribute.get_strategy())
+  catcher = checkpoints.SignalCatcher(enabled=config.fault.handle_signals)
+  with checkpoints.WorkdirLock(workdir, enabled=config.fault.lock_workdir and chief), catcher:
+    result = _train_and_evaluate_locked(config, workdir, catcher)
+  if catcher.received is not None:
+    catcher.exit_by_signal()
+  return result
+
+
+def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float]:
+  """The outer loop; the workdir is locked and signals are caught."""
+  from hypernet import summaries  # pylint: disable=g-import-not-at-top
   tf.io.gfile.makedirs(workdir)
   trainer = Trainer(config, workdir)
   is_chief = distribute.is_chief(trainer.strategy)
@@ -211,26 +342,67 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   if start == 0:
     writer.config(config)
     writer.scalars(0, {f"params/{k}": v for k, v in counts.items()}, "train")
+    writer.scalars(0, {f"params/{k}": v for k, v in counts.items()}, "")
+    # A step-0 checkpoint: a non-finite step before the first save can then be replayed.
+    trainer.manager.save(checkpoint_number=0)
+  if config.summaries.hparams:
+    writer.hparams(config, _hparams_metrics(trainer.metric_names, counts))
+  writer.flush()
   logging.info("Parameters: %s", counts)
   with tf.io.gfile.GFile(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
+  model_summaries = summaries.ModelSummaries(trainer.task, trainer.variables, config,
+                                             trainer.strategy) \
+      if config.summaries.every and is_chief else None
+  profiler = summaries.Profiler(os.path.join(workdir, "train"), config.summaries.profile_start,
+                                config.summaries.profile_steps, enabled=is_chief)
 
   total = config.num_steps
   iterator = trainer.train_iterator(start)
   step = start
+  if model_summaries and step % config.summaries.every == 0 and step < total:
+    model_summaries.write(writer, step)
   t0 = time.time()
   last_t, last_step = t0, step
   eval_metrics: Dict[str, float] = {}
+  skipped: List[int] = []
   while step < total:
-    stop = min(_next_event(step, config.log_every, total),
-               _next_event(step, config.eval_every, total),
-               _next_event(step, config.checkpoint_every, total))
+    if signals.received is not None:
+      break
+    profiler.update(step)
+    stop = min([_next_event(step, every, total) for every in (
+        config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every)]
+               + [b for b in profiler.boundaries() if b > step])
     metrics, first_bad = trainer.train_chunk(iterator, stop - step)
     if first_bad >= 0:
+      while True:  # Back to the parameters before the bad step.
+        replayed_bad = _replay_to(trainer, first_bad - 1)
+        if replayed_bad < 0:
+          break
+        first_bad = replayed_bad
+      culprit = first_nonfinite_tensor(trainer, first_bad)
+      if config.fault.nonfinite == "skip" and len(skipped) < config.fault.max_skips:
+        skipped.append(first_bad)
+        logging.warning("Non-finite loss or gradient at step %d (first non-finite tensor: "
+                        "%s); skipped that step (%d skipped so far).", first_bad, culprit,
+                        len(skipped))
+        writer.scalars(first_bad, {"skipped_steps": len(skipped)}, "train")
+        trainer.step.assign(first_bad)
+        trainer.manager.save(checkpoint_number=first_bad)
+        iterator = trainer.train_iterator(first_bad)
+        step = last_step = first_bad
+        last_t = time.time()
+        continue
+      profiler.close()
+      writer.flush()
+      more = (f" after skipping {len(skipped)} steps {skipped} (config.fault.max_skips="
+              f"{config.fault.max_skips})") if skipped else ""
       raise NonFiniteLossError(
-          f"Non-finite loss or gradient at step {first_bad}; stopped before saving it. The "
-          f"last good checkpoint ({trainer.manager.latest_checkpoint}) is kept. Lower "
-          "config.optim.lr or set config.optim.grad_clip_norm.")
+          f"Non-finite loss or gradient at step {first_bad}{more}; the first non-finite "
+          f"tensor is {culprit}. Stopped before saving that step: the last good checkpoint "
+          f"({trainer.manager.latest_checkpoint}) is kept. Lower config.optim.lr, set "
+          "config.optim.grad_clip_norm, or set config.fault.nonfinite='skip' to skip such "
+          "steps.")
     trainer.step.assign(stop)
     step = stop
     now = time.time()
@@ -244,18 +416,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
                    metrics.get("loss", float("nan")), metrics.get("accuracy", float("nan")),
                    rate, eta)
       last_t, last_step = now, step
+    if model_summaries and step % config.summaries.every == 0:
+      model_summaries.write(writer, step)
     if (config.eval_every > 0 and step % config.eval_every == 0) or step == total:
       eval_metrics = trainer.evaluate()
       writer.scalars(step, eval_metrics, "eval")
       logging.info("eval at step %d: %s", step, eval_metrics)
     if step % config.checkpoint_every == 0 or step == total:
       trainer.manager.save(checkpoint_number=step)
+  profiler.update(step)
+  profiler.close()
+  if signals.received is not None:
+    if trainer.manager.latest_checkpoint != os.path.join(
+        trainer.manager.directory, f"ckpt-{step}"):
+      trainer.manager.save(checkpoint_number=step)
+    writer.flush()
+    logging.warning("Stopped by signal %d at step %d; saved %s. Rerun the same command to "
+                    "resume.", signals.received, step, trainer.manager.latest_checkpoint)
+    return {"step": step, "interrupted_by_signal": signals.received}
   if not eval_metrics:  # Resumed a finished run: evaluate what was restored.
     eval_metrics = trainer.evaluate()
-  writer.flush()
   result = dict(eval_metrics)
   result.update(step=step, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})
+  result["skipped_steps"] = skipped
+  writer.scalars(step, {f"final/{k}": v for k, v in eval_metrics.items()}, "")
+  writer.flush()
   if is_chief:
     with tf.io.gfile.GFile(os.path.join(workdir, "final_metrics.json"), "w") as f:
       json.dump(result, f, indent=2)
