@@ -1,0 +1,283 @@
+"""Never lose a run: signals, kill -9, the workdir lock, NaN/inf steps, reproducibility.
+
+The subprocess tests run the real command line (``python -m hypernet.train``) and signal
+it; parameters are compared bitwise (``config.deterministic=True`` on CPU).
+"""
+import dataclasses
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet import checkpoints, train_lib
+from hypernet import data as data_lib
+from hypernet.data import pipeline
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
+
+TIMEOUT = 240  # seconds; every wait below is bounded so nothing can hang.
+
+
+def _config(**overrides):
+  c = digits_hyper.get_config()
+  c.num_steps = 60
+  c.log_every = 10
+  c.eval_every = 0
+  c.checkpoint_every = 20
+  c.summaries.every = 0
+  c.optim.schedule = "constant"
+  for k, v in overrides.items():
+    node = c
+    *parents, leaf = k.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = v
+  return c
+
+
+def _checkpoint_values(path):
+  """Every saved tensor but the save counter; ``path`` a workdir or checkpoint prefix."""
+  if os.path.isdir(path):
+    path = tf.train.latest_checkpoint(checkpoints.checkpoint_dir(path))
+  reader = tf.train.load_checkpoint(path)
+  return {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(path)
+          if not n.startswith(("save_counter", "_CHECKPOINTABLE"))}
+
+
+def _parameters(values):
+  return {k: v for k, v in values.items() if not k.startswith("step/")}
+
+
+class _Job:
+  """A ``python -m hypernet.train`` subprocess whose stderr is collected by a thread."""
+
+  def __init__(self, workdir, *flags):
+    self.cmd = [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+                f"--workdir={workdir}", "--config.eval_every=0", "--config.summaries.every=0",
+                "--config.deterministic=True", *flags]
+    self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+    self.lines = []
+    self._reader = threading.Thread(target=self._read, daemon=True)
+    self._reader.start()
+
+  def _read(self):
+    for line in self.proc.stderr:
+      self.lines.append(line)
+
+  @property
+  def log(self):
+    return "".join(self.lines)
+
+  def wait_for(self, pattern, timeout=TIMEOUT):
+    """Blocks until a stderr line matches ``pattern``; returns the match."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+      for line in list(self.lines):
+        m = re.search(pattern, line)
+        if m:
+          return m
+      if self.proc.poll() is not None:
+        self._reader.join(5)
+        for line in self.lines:
+          if re.search(pattern, line):
+            return re.search(pattern, line)
+        raise AssertionError(f"exited ({self.proc.returncode}) before {pattern!r}:\n"
+                             f"{self.log[-3000:]}")
+      time.sleep(0.05)
+    self.proc.kill()
+    raise AssertionError(f"timed out waiting for {pattern!r}:\n{self.log[-3000:]}")
+
+  def wait(self, timeout=TIMEOUT):
+    try:
+      self.proc.wait(timeout)
+    finally:
+      if self.proc.poll() is None:
+        self.proc.kill()
+    self._reader.join(5)
+    return self.proc.returncode
+
+
+@pytest.mark.slow
+def test_sigterm_saves_resume_is_bitwise_and_lock_refuses_second_job(tmp_path):
+  """SIGTERM, rerun == one uninterrupted run, bitwise (op determinism on); meanwhile a
+  second job on the busy workdir is refused. (SIGINT: the in-process test below.)"""
+  flags = ["--config.num_steps=600", "--config.log_every=10", "--config.checkpoint_every=1000"]
+  reference = _Job(tmp_path / "ref", *flags)  # Runs alongside the interrupted job.
+  job = _Job(tmp_path / "run", *flags)
+  job.wait_for(r"step 20/600")
+  with pytest.raises(checkpoints.WorkdirInUseError, match=rf"in use .*pid {job.proc.pid}\b"):
+    train_lib.train_and_evaluate(_config(num_steps=600), str(tmp_path / "run"))
+  job.proc.send_signal(signal.SIGTERM)
+  assert job.wait() == -signal.SIGTERM, job.log[-3000:]
+  stopped = int(job.wait_for(r"Stopped by signal 15 at step (\d+)").group(1))
+  assert 20 <= stopped < 600 and stopped % 10 == 0
+  assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(
+      f"ckpt-{stopped}")
+
+  job = _Job(tmp_path / "run", *flags)
+  assert job.wait() == 0, job.log[-3000:]
+  assert re.search(rf"Resumed from .*ckpt-{stopped} at step {stopped}\b", job.log)
+  assert reference.wait() == 0, reference.log[-3000:]
+  ref, run = _checkpoint_values(tmp_path / "ref"), _checkpoint_values(tmp_path / "run")
+  assert ref.keys() == run.keys() and len(ref) >= 20
+  assert ref["step/.ATTRIBUTES/VARIABLE_VALUE"] == 600
+  for k in ref:
+    np.testing.assert_array_equal(ref[k], run[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_moment_leaves_a_restorable_checkpoint(tmp_path):
+  """A job that checkpoints every step is killed -9 at random moments, mostly mid-save."""
+  flags = ["--config.num_steps=100000", "--config.checkpoint_every=1", "--config.log_every=1",
+           "--config.checkpoint_keep=2"]
+  config = _config(num_steps=100000, **{"optim.schedule": "cosine"})
+  trainer = train_lib.Trainer(config, str(tmp_path / "probe"))
+  rng = random.Random(0)
+  saved = []
+  for _ in range(2):
+    job = _Job(tmp_path, *flags)
+    job.wait_for(r"step \d+/100000")
+    time.sleep(rng.uniform(0.2, 1.5))
+    job.proc.send_signal(signal.SIGKILL)
+    assert job.wait() == -signal.SIGKILL
+    latest = tf.train.latest_checkpoint(str(tmp_path / "checkpoints"))
+    assert latest is not None
+    status = trainer.checkpoint.restore(latest)
+    status.assert_existing_objects_matched()  # Every variable restored from a whole file.
+    assert int(trainer.step.read_value()) == int(latest.rsplit("-", 1)[1])
+    values = _checkpoint_values(latest)
+    assert all(np.all(np.isfinite(v)) for v in values.values() if v.dtype.kind == "f")
+    saved.append(int(trainer.step.read_value()))
+  assert saved[1] > saved[0] > 0
+  # The lock died with the process: the next job is not refused, and continues.
+  config.num_steps = saved[1] + 5
+  assert train_lib.train_and_evaluate(config, str(tmp_path))["step"] == saved[1] + 5
+
+
+def _poisoned_digits(monkeypatch, image=0):
+  """Digits whose training image ``image`` holds one NaN pixel (float32 images)."""
+  real = data_lib.load_classification
+
+  def load(config):
+    d = real(config)
+    x = d.x_train.astype(np.float32)
+    x[image, 3, 3, 0] = np.nan
+    return dataclasses.replace(d, x_train=x, x_test=d.x_test.astype(np.float32))
+
+  monkeypatch.setattr(data_lib, "load_classification", load)
+  return load
+
+
+def _bad_steps(data, config, num_steps):
+  """1-based steps whose training batch holds a NaN, read from the real pipeline."""
+  ds = pipeline.train_dataset(data, config.batch_size, config.seed, num_steps=num_steps,
+                              augment_shift=config.data.augment_shift)
+  return [s + 1 for s, b in enumerate(ds) if not np.all(np.isfinite(b["image"].numpy()))]
+
+
+def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp_path, monkeypatch):
+  load = _poisoned_digits(monkeypatch)
+  config = _config(num_steps=60, checkpoint_every=5)
+  bad = _bad_steps(load(config.data), config, 60)
+  assert bad, "image 0 must be drawn within 60 steps"
+  with pytest.raises(train_lib.NonFiniteLossError) as info:
+    train_lib.train_and_evaluate(config, str(tmp_path))
+  message = str(info.value)
+  assert f"at step {bad[0]};" in message
+  assert "first non-finite tensor is input batch['image'] (1 of 4096 values non-finite: " \
+         "1 NaN, 0 inf)" in message
+  last_good = (bad[0] - 1) // 5 * 5
+  assert message.count(f"ckpt-{last_good})") == 1
+  assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith(f"ckpt-{last_good}")
+  values = _checkpoint_values(tmp_path)
+  assert all(np.all(np.isfinite(v)) for v in values.values() if v.dtype.kind == "f")
+
+
+def test_huge_learning_rate_names_the_first_overflowing_tensor(tmp_path):
+  train_lib.train_and_evaluate(_config(num_steps=20), str(tmp_path))
+  with pytest.raises(train_lib.NonFiniteLossError,
+                     match=r"at step \d+; the first non-finite tensor is (generated weight "
+                           r"\w+/\w+|parameter \S+|loss|gradient of \S+) \(\d+ of \d+ values"):
+    train_lib.train_and_evaluate(_config(num_steps=60, **{"optim.lr": 1e30}), str(tmp_path))
+
+
+_MIRRORED_OK = hasattr(train_lib.Trainer, "current_step")  # Mirrored restore (distribute).
+
+
+@pytest.mark.parametrize("distribution", [
+    "auto", pytest.param("mirrored", marks=pytest.mark.skipif(
+        not _MIRRORED_OK, reason="Trainer.restore on MirroredStrategy comes with the "
+        "'distribute' branch"))])
+def test_skip_mode_skips_exactly_the_bad_steps(tmp_path, monkeypatch, distribution):
+  """Skipping step s leaves the parameters of step s - 1: equal to a run that stops there."""
+  load = _poisoned_digits(monkeypatch)
+  base = _config(distribution=distribution)
+  bad = _bad_steps(load(base.data), base, 80)[:2]
+  assert len(bad) == 2, bad
+  total = bad[1] + 3
+  config = _config(num_steps=total, distribution=distribution, checkpoint_keep=10,
+                   **{"fault.nonfinite": "skip", "fault.max_skips": 2})
+  result = train_lib.train_and_evaluate(config, str(tmp_path / "skip"))
+  assert result["skipped_steps"] == bad and result["step"] == total
+  assert np.isfinite(result["loss"]) and result["accuracy"] > 0.1
+  # ckpt-<s> is saved right after skipping s: the parameters of a clean run of s - 1 steps.
+  train_lib.train_and_evaluate(_config(num_steps=bad[0] - 1, distribution=distribution),
+                               str(tmp_path / "clean"))
+  skipped = _parameters(_checkpoint_values(str(tmp_path / "skip" / "checkpoints" /
+                                               f"ckpt-{bad[0]}")))
+  clean = _parameters(_checkpoint_values(tmp_path / "clean"))
+  assert skipped.keys() == clean.keys()
+  for k in clean:
+    np.testing.assert_array_equal(skipped[k], clean[k], err_msg=k)
+  # One skip allowed: the second bad step stops the run and says so.
+  config.fault.max_skips = 1
+  with pytest.raises(train_lib.NonFiniteLossError,
+                     match=rf"at step {bad[1]} after skipping 1 steps \[{bad[0]}\]"):
+    train_lib.train_and_evaluate(config, str(tmp_path / "one_skip"))
+
+
+def test_same_seed_same_run_and_summaries_do_not_change_training(tmp_path):
+  a = train_lib.train_and_evaluate(_config(num_steps=40, **{"summaries.every": 10}),
+                                   str(tmp_path / "a"))
+  b = train_lib.train_and_evaluate(_config(num_steps=40), str(tmp_path / "b"))
+  c = train_lib.train_and_evaluate(_config(num_steps=40, seed=1), str(tmp_path / "c"))
+  assert (a["loss"], a["accuracy"]) == (b["loss"], b["accuracy"])
+  va, vb, vc = (_checkpoint_values(tmp_path / n) for n in "abc")
+  for k in va:
+    np.testing.assert_array_equal(va[k], vb[k], err_msg=k)
+  assert a["loss"] != c["loss"]
+  assert any(not np.array_equal(va[k], vc[k]) for k in va if k.startswith("hypernetwork"))
+
+
+def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
+  """The catcher turns SIGINT into checkpoint-then-KeyboardInterrupt, here without a
+  subprocess: the signal is sent by the first summary of the run itself."""
+  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  original = summaries.ModelSummaries.write
+
+  def write_and_interrupt(self, writer, step):
+    original(self, writer, step)
+    if step == 10:
+      os.kill(os.getpid(), signal.SIGINT)
+
+  config = _config(num_steps=60, **{"summaries.every": 10})
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(summaries.ModelSummaries, "write", write_and_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+      train_lib.train_and_evaluate(config, str(tmp_path))
+  # Stopped right after step 10 (not a checkpoint step) and saved it.
+  assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-10")
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  result = train_lib.train_and_evaluate(config, str(tmp_path))  # The lock was released.
+  assert result["step"] == 60
