@@ -90,6 +90,8 @@ def _check_schema(config, schema, prefix: str) -> None:
     expected = _expected_type(schema, key)
     if expected is None:  # An untyped None default: anything goes.
       continue
+    if value is None and default is None:  # An optional (placeholder) field left unset.
+      continue
     if value is None:
       raise ConfigError(f"{name} is None; it needs a value of type "
                         f"{_type_name(expected, key)} (default {default!r}).")

@@ -1,0 +1,149 @@
+"""Config validation fails before any training work and names the field."""
+import glob
+import json
+import os
+import sys
+
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+import pytest
+
+from hypernet import config_lib, train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.py"))))
+def test_every_config_file_validates(path):
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("cfg", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config_lib.validate(module.get_config())
+
+
+def _fails_before_training(config, tmp_path, match):
+  workdir = tmp_path / "run"
+  with pytest.raises(config_lib.ConfigError, match=match):
+    train_lib.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()  # Nothing built, nothing written.
+
+
+def test_unknown_field_is_named_with_the_closest_known_one(tmp_path):
+  c = digits_hyper.get_config()
+  c.optim.lrr = 3e-4  # A typo in a config file: ConfigDict accepts new fields.
+  _fails_before_training(c, tmp_path, r"config\.optim\.lrr is not a known field\. Did you "
+                                      r"mean config\.optim\.lr\?")
+
+
+def test_wrong_type_is_named(tmp_path):
+  c = digits_hyper.get_config()
+  with c.ignore_type():
+    c.num_steps = "3000"
+  _fails_before_training(c, tmp_path, r"config\.num_steps='3000' has type str; it must be int")
+  c = digits_hyper.get_config()
+  with c.ignore_type():
+    c.hypernet.train_rest = 1
+  with pytest.raises(config_lib.ConfigError, match=r"config\.hypernet\.train_rest=1 .* bool"):
+    config_lib.validate(c)
+
+
+def test_accepted_conversions():
+  c = digits_hyper.get_config()
+  c.optim.lr = 1  # int for a float field
+  c.model.conv_widths = [8, 16]  # list for a tuple field
+  with c.ignore_type():
+    c.jit_compile = True  # bool also allowed for this string field
+  config_lib.validate(c)
+
+
+def test_none_field_is_named(tmp_path):
+  c = digits_hyper.get_config()
+  c.optim.lr = None  # ConfigDict lets any field become None.
+  _fails_before_training(c, tmp_path, r"config\.optim\.lr is None; it needs a value of type "
+                                      r"float")
+
+
+def test_placeholder_field_keeps_its_type(monkeypatch):
+  """A None default must be a typed placeholder: unset is fine, a wrong type is not."""
+  base = config_lib.base_config
+
+  def with_placeholder():
+    c = base()
+    c.data.max_examples = ml_collections.config_dict.placeholder(int)
+    return c
+
+  monkeypatch.setattr(config_lib, "base_config", with_placeholder)
+  c = with_placeholder()
+  config_lib.validate(c)
+  c.data.max_examples = 100
+  config_lib.validate(c)
+  with c.ignore_type():
+    c.data.max_examples = "all"
+  with pytest.raises(config_lib.ConfigError, match=r"config\.data\.max_examples='all' .* int"):
+    config_lib.validate(c)
+
+
+def test_missing_field_is_named():
+  c = digits_hyper.get_config()
+  del c.summaries["every"]
+  with pytest.raises(config_lib.ConfigError, match=r"config\.summaries\.every is missing"):
+    config_lib.validate(c)
+
+
+def test_pattern_matching_no_weight_is_named(tmp_path):
+  c = digits_hyper.get_config()
+  c.hypernet.targets = "conv*/kernel,conv3/*"  # The CNN has conv1 and conv2 only.
+  _fails_before_training(c, tmp_path, r"config\.hypernet\.targets=.*the pattern 'conv3/\*' "
+                                      r"matches no trainable weight .*'conv1/kernel'")
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("summaries.profile_steps", 50, r"config\.summaries\.profile_start=2990 \+ profile_steps=50 "
+                                    r"runs past config\.num_steps=3000"),
+    ("fault.nonfinite", "ignore", r"config\.fault\.nonfinite='ignore'; use one of"),
+    ("eval_every", -1, r"config\.eval_every must be an integer >= 0"),
+    ("batch_size", 0, r"config\.batch_size must be a positive integer"),
+    ("hypernet.targets", " ", r"config\.hypernet\.targets is empty"),
+])
+def test_impossible_values_are_named(field, value, match):
+  c = digits_hyper.get_config()
+  c.summaries.profile_start = 2990
+  node = c
+  *parents, leaf = field.split(".")
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+  with pytest.raises(config_lib.ConfigError, match=match):
+    config_lib.validate(c)
+
+
+def test_command_line_errors_name_the_field(monkeypatch):
+  """The command line (ml_collections config_flags, as hypernet.train defines it) refuses
+  unknown fields and bad types while parsing flags."""
+  def parse(*args):
+    argv = ["train", f"--config={REPO}/configs/digits_hyper.py", *args]
+    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the overrides from it.
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True)
+    fv(argv)
+    return fv.config
+
+  assert parse("--config.optim.lr=0.01").optim.lr == 0.01
+  with pytest.raises(Exception, match="lrr"):
+    parse("--config.optim.lrr=0.01")
+  with pytest.raises(flags.Error, match=r"config\.num_steps|num_steps"):
+    parse("--config.num_steps=abc")
+
+
+def test_config_round_trips_through_the_workdir_json():
+  c = digits_hyper.get_config()
+  restored = config_lib.config_from_dict(json.loads(c.to_json_best_effort()))
+  assert restored == c
+  assert restored.model.conv_widths == (32, 64)
+  flat = config_lib.flatten(c)
+  assert flat["optim.lr"] == 1e-3 and flat["hypernet.kind"] == "chunked"
+  assert len(flat) == sum(1 for _ in config_lib.flatten(config_lib.base_config()))
