@@ -1,0 +1,222 @@
+"""TensorBoard depth: model summaries hold the right values, and a real TensorBoard
+serves the scalars, histograms, images and hparams through its HTTP data endpoints."""
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from hypernet import summaries, train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+def _config():
+  c = digits_hyper.get_config()
+  c.num_steps = 40
+  c.log_every = 10
+  c.eval_every = 20
+  c.checkpoint_every = 20
+  c.checkpoint_keep = 5
+  c.optim.schedule = "constant"
+  c.summaries.every = 20
+  c.summaries.profile_start = 10
+  c.summaries.profile_steps = 2
+  return c
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("summaries")
+  result = train_lib.train_and_evaluate(_config(), str(workdir))
+  return workdir, result
+
+
+def _events(logdir):
+  """``{tag: {step: tensor value}}`` of every summary in a run folder."""
+  out = {}
+  for path in tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    for e in tf.compat.v1.train.summary_iterator(path):
+      for v in e.summary.value:
+        out.setdefault(v.tag, {})[e.step] = tf.make_ndarray(v.tensor)
+  return out
+
+
+def _restored(workdir, step):
+  trainer = train_lib.Trainer(_config(), str(workdir))
+  trainer.checkpoint.restore(os.path.join(workdir, "checkpoints", f"ckpt-{step}")
+                             ).assert_existing_objects_matched()
+  return trainer
+
+
+def test_kernel_grid_draws_each_filter_scaled_by_its_peak():
+  k = np.zeros((3, 3, 1, 2), np.float32)
+  k[:, :, 0, 0] = np.arange(9).reshape(3, 3) - 4.0  # peak |w| = 4
+  k[:, :, 0, 1] = -2.0
+  grid = summaries.kernel_grid(k, scale=2)
+  assert grid.shape == (1 * 7 + 1, 2 * 7 + 1, 1)  # 1 row, 2 columns of 6x6 + 1px lines
+  assert grid[0].min() == grid[:, 0].min() == grid[:, 7].min() == 1.0  # white lines
+  np.testing.assert_allclose(grid[1:7:2, 1:7:2, 0], 0.5 + 0.5 * k[:, :, 0, 0] / 4.0)
+  np.testing.assert_array_equal(grid[1:7, 8:14], 0.0)  # -2 / peak 2 -> black
+  rgb = summaries.kernel_grid(np.ones((5, 5, 3, 7)), max_filters=4)
+  assert rgb.shape[-1] == 3 and rgb.shape[0] == 2 * (5 * 4 + 1) + 1
+  with pytest.raises(ValueError, match=r"kernel must be \[kh, kw, in, out\]"):
+    summaries.kernel_grid(np.ones((3, 3, 4)))
+
+
+def test_model_summaries_hold_the_values_of_the_checkpointed_run(run):
+  workdir, _ = run
+  train = _events(workdir / "train")
+  paths = ["conv1/kernel", "conv1/bias", "conv2/kernel", "conv2/bias", "dense1/kernel",
+           "dense1/bias", "head/kernel", "head/bias"]
+  for p in paths:
+    assert sorted(train[f"generated/{p}"]) == [0, 20, 40]
+  assert sorted(train["embeddings/hypernetwork/chunk_embeddings"]) == [0, 20, 40]
+  trainer20, trainer40 = _restored(workdir, 20), _restored(workdir, 40)
+  generated = {p: t.numpy() for p, t in trainer40.task.source.hypernetwork().items()}
+  for p in paths:  # A histogram counts every element; the norm is the tensor's.
+    assert train[f"generated/{p}"][40][:, 2].sum() == generated[p].size
+    np.testing.assert_allclose(train[f"norm/generated/{p}"][40], np.linalg.norm(generated[p]),
+                               rtol=1e-5)
+  # Updates: the change of each variable between the summaries at steps 20 and 40.
+  for v20, v40 in zip(trainer20.variables, trainer40.variables):
+    delta = np.linalg.norm(v40.numpy() - v20.numpy())
+    np.testing.assert_allclose(train[f"update_norm/{v40.path}"][40], delta, rtol=1e-5)
+  assert sorted(train["update_norm/hypernetwork/chunk_embeddings"]) == [20, 40]  # none at 0
+  # Gradients: of the training loss on the batch of step 41 at the step-40 parameters.
+  task = trainer40.task
+  batch = next(iter(task.train_dataset(64, 0, 40).take(1)))
+  with tf.GradientTape() as tape:
+    loss, _, _ = task.train_loss(batch, 64)
+  for g, v in zip(tape.gradient(loss, trainer40.variables), trainer40.variables):
+    np.testing.assert_allclose(train[f"grad_norm/{v.path}"][40], np.linalg.norm(g.numpy()),
+                               rtol=1e-4)
+  # The first conv kernel drawn as a filter grid (PNG-encoded, 8 bits per channel).
+  png = train["kernels/conv1/kernel"][40][2]
+  image = np.asarray(Image.open(io.BytesIO(png)), np.float32) / 255.0
+  expected = summaries.kernel_grid(generated["conv1/kernel"])
+  assert image.shape[:2] == expected.shape[:2]
+  np.testing.assert_allclose(image.reshape(expected.shape), expected, atol=1 / 255 + 1e-6)
+
+
+def test_profiler_trace_and_run_scalars_are_written(run):
+  workdir, result = run
+  traces = tf.io.gfile.glob(str(workdir / "train" / "plugins" / "profile" / "*" / "*.xplane.pb"))
+  assert len(traces) == 1 and os.path.getsize(traces[0]) > 0
+  train = summaries.read_scalars(str(workdir / "train"))
+  assert [s for s, _ in train["examples_per_sec"]] == [10, 20, 30, 40]
+  assert all(v > 0 for _, v in train["examples_per_sec"])
+  root = summaries.read_scalars(str(workdir))
+  assert root["params/trainable"] == [(0, result["params/trainable"])]
+  assert root["params/compression_ratio"][0][1] == pytest.approx(
+      result["params/generated"] / result["params/source"], rel=1e-6)
+  assert root["final/accuracy"][0] == (40, pytest.approx(result["accuracy"], abs=1e-6))
+
+
+class _TensorBoard:
+  """``tensorboard --logdir`` on 127.0.0.1 and a free port, as a subprocess."""
+
+  def __init__(self, logdir, timeout=120):
+    self.proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", f"--logdir={logdir}", "--host=127.0.0.1",
+         "--port=0", "--load_fast=false", "--reload_interval=2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    self.lines = []
+    threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
+    deadline = time.time() + timeout
+    self.url = None
+    while self.url is None:
+      m = re.search(r"at (http://127\.0\.0\.1:\d+)/", "".join(self.lines))
+      if m:
+        self.url = m.group(1)
+      elif time.time() > deadline or self.proc.poll() is not None:
+        self.close()
+        raise AssertionError("TensorBoard did not start:\n" + "".join(self.lines)[-3000:])
+      time.sleep(0.2)
+
+  def get(self, route, **params):
+    url = f"{self.url}/{route}" + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urllib.request.urlopen(url, timeout=30) as r:
+      body = r.read()
+    return body if "individualImage" in route else json.loads(body)
+
+  def post(self, route, payload):
+    request = urllib.request.Request(
+        f"{self.url}/{route}", data=json.dumps(payload).encode(), method="POST",
+        headers={"Content-Type": "application/json", "X-XSRF-Protected": "1"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+      return json.loads(r.read())
+
+  def wait_for(self, predicate, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+      if predicate():
+        return
+      time.sleep(0.5)
+    raise AssertionError("TensorBoard never served the data")
+
+  def close(self):
+    if self.proc.poll() is None:
+      self.proc.terminate()
+      try:
+        self.proc.wait(20)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
+  workdir, result = run
+  tb = _TensorBoard(workdir)
+  try:
+    tb.wait_for(lambda: "eval" in tb.get("data/plugin/scalars/tags"))
+    assert set(tb.get("data/runs")) >= {".", "train", "eval"}
+    loss = tb.get("data/plugin/scalars/scalars", run="train", tag="loss")
+    assert [step for _, step, _ in loss] == [10, 20, 30, 40]
+    accuracy = tb.get("data/plugin/scalars/scalars", run="eval", tag="accuracy")
+    assert accuracy[-1][1] == 40 and accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
+
+    histograms = tb.get("data/plugin/histograms/histograms", run="train",
+                        tag="generated/conv2/kernel")
+    assert [step for _, step, _ in histograms] == [0, 20, 40]
+    assert sum(count for _, _, count in histograms[-1][2]) == 3 * 3 * 32 * 64
+    assert "embeddings/hypernetwork/chunk_embeddings" in \
+        tb.get("data/plugin/histograms/tags")["train"]
+
+    images = tb.get("data/plugin/images/images", run="train", tag="kernels/conv1/kernel",
+                    sample=0)
+    assert [im["step"] for im in images] == [0, 20, 40]
+    png = tb.get("data/plugin/images/individualImage" + "?" + images[-1]["query"])
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    h, w, _ = summaries.kernel_grid(np.zeros((3, 3, 1, 32))).shape  # 32 filters of 3x3
+    assert Image.open(io.BytesIO(png)).size == (w, h) == (151, 151)
+
+    experiment = tb.post("data/plugin/hparams/experiment", {"experimentName": ""})
+    names = {h["name"] for h in experiment["hparamInfos"]}
+    assert {"optim.lr", "hypernet.kind", "hypernet.chunk_size", "model.conv_widths"} <= names
+    metrics = {(m["name"]["tag"], m["name"].get("group", "")) for m in experiment["metricInfos"]}
+    assert {("final/accuracy", ""), ("accuracy", "eval"), ("params/trainable", "")} <= metrics
+    groups = tb.post("data/plugin/hparams/session_groups", {
+        "experimentName": "", "startIndex": 0, "sliceSize": 10,
+        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                            "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
+    assert len(groups) == 1
+    assert groups[0]["hparams"]["hypernet.kind"] == "chunked"
+    assert groups[0]["hparams"]["optim.lr"] == pytest.approx(1e-3)
+    values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
+    assert values["final/accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
+    assert values["params/trainable"] == result["params/trainable"]
+  finally:
+    tb.close()
