@@ -1,0 +1,124 @@
+"""hypernet.evaluate restores and evaluates a workdir; the exported .keras target network
+predicts exactly as the hypernetwork-driven target does, without hypernet installed."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet import evaluate, export, functional, summaries, tasks, train_lib
+from hypernet.data.digits import load_digits
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
+import digits_plain  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+def _config(module=digits_hyper):
+  c = module.get_config()
+  c.num_steps = 150
+  c.log_every = 50
+  c.eval_every = 50
+  c.checkpoint_every = 50
+  c.checkpoint_keep = 5
+  c.summaries.every = 0
+  c.optim.lr = 3e-3
+  return c
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("evaluate")
+  result = train_lib.train_and_evaluate(_config(), str(workdir))
+  return workdir, result
+
+
+def _predict_without_hypernet(model_path, x, y):
+  """Accuracy and logits of a .keras file, in a process where `import hypernet` fails."""
+  data = os.path.join(os.path.dirname(model_path), "test_set.npz")
+  np.savez(data, x=x, y=y)
+  code = (
+      "import sys; sys.modules['hypernet'] = None\n"  # Any hypernet import would fail.
+      "import json, numpy as np, keras\n"
+      f"m = keras.models.load_model({str(model_path)!r})\n"
+      f"z = np.load({data!r})\n"
+      "logits = m.predict(z['x'], batch_size=97, verbose=0)\n"
+      f"np.save({data[:-4] + '_logits.npy'!r}, logits)\n"
+      "print(json.dumps({'accuracy': float((logits.argmax(-1) == z['y']).mean())}))\n")
+  out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(model_path),
+                       capture_output=True, text=True, timeout=240,
+                       env=dict(os.environ, PYTHONPATH=""))
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])["accuracy"], \
+      np.load(data[:-4] + "_logits.npy")
+
+
+def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tmp_path):
+  workdir, result = run
+  model_path = tmp_path / "digits_target.keras"
+  out = subprocess.run(
+      [sys.executable, "-m", "hypernet.evaluate", f"--workdir={workdir}",
+       f"--export={model_path}"], cwd=REPO, capture_output=True, text=True, timeout=240)
+  assert out.returncode == 0, out.stderr[-3000:]
+  printed = json.loads(out.stdout[out.stdout.index("{"):])
+  assert printed["step"] == 150 and printed["checkpoint"].endswith("ckpt-150")
+  assert printed["accuracy"] == pytest.approx(result["accuracy"], abs=1e-12)
+  assert printed["loss"] == pytest.approx(result["loss"], rel=1e-6)
+  with open(workdir / "eval_step150.json") as f:
+    assert json.load(f)["accuracy"] == printed["accuracy"]
+  assert 0.2 < printed["accuracy"] < 1.0  # Well above chance (0.1), not perfect.
+
+  data = load_digits()
+  x = data.x_test.astype(np.float32) * np.float32(data.pixel_scale)
+  accuracy, logits = _predict_without_hypernet(model_path, x, data.y_test)
+  assert accuracy == pytest.approx(printed["accuracy"], abs=1e-12)
+  # The same logits as the target running on the hypernetwork's output.
+  trainer = train_lib.Trainer(_config(), str(workdir))
+  trainer.restore()
+  expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(),
+                                        tf.constant(x))
+  np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_named_checkpoint_reproduces_the_eval_logged_at_that_step(run):
+  workdir, _ = run
+  logged = dict(summaries.read_scalars(str(workdir / "eval"))["accuracy"])
+  assert sorted(logged) == [50, 100, 150]
+  for checkpoint in (50, "100"):
+    result = evaluate.evaluate(str(workdir), checkpoint=checkpoint, output="")
+    assert result["step"] == int(checkpoint)
+    assert result["accuracy"] == pytest.approx(logged[int(checkpoint)], abs=1e-6)
+  assert not (workdir / "eval_step50.json").exists()  # output="" writes nothing
+
+
+def test_export_copies_batchnorm_statistics_and_direct_weights(tmp_path):
+  """A plain target with BatchNorm: exported logits == the task's inference logits."""
+  config = _config(digits_plain)
+  config.model.batch_norm = True
+  task = tasks.ClassificationTask(config)
+  rng = np.random.default_rng(0)
+  for path, v in functional.variable_paths(task.target, trainable=False).items():
+    if "moving" in path:  # Non-trivial statistics, as after training.
+      v.assign(rng.uniform(0.5, 1.5, v.shape).astype(np.float32))
+  model = export.export_target(task, str(tmp_path / "plain.keras"))
+  loaded = keras.models.load_model(tmp_path / "plain.keras")
+  x = tf.constant(task.data.x_test[:50].astype(np.float32) / 16.0)
+  expected = functional.functional_call(task.target, task.source.weights(), x)
+  np.testing.assert_allclose(loaded(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(model(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_errors_name_the_problem(run, tmp_path):
+  workdir, _ = run
+  with pytest.raises(FileNotFoundError, match=r"ckpt-7 does not exist; present: .*ckpt-150"):
+    evaluate.evaluate(str(workdir), checkpoint=7, output="")
+  with pytest.raises(FileNotFoundError, match=r"config\.json does not exist"):
+    evaluate.evaluate(str(tmp_path))
+  task = tasks.ClassificationTask(_config())
+  with pytest.raises(ValueError, match=r"must end in '\.keras'"):
+    export.export_target(task, str(tmp_path / "model.h5"))
