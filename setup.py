@@ -21,7 +21,7 @@ setup(
         "pillow",
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
         "plots": ["matplotlib"],
     },
 )

@@ -310,16 +310,23 @@ def read_scalars(logdir: str) -> Dict[str, List[Tuple[int, float]]]:
   """
   out: Dict[str, Dict[int, float]] = {}
   for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.HasField("tensor"):
-          array = tf.make_ndarray(value.tensor)
-          if array.ndim != 0 or array.dtype.kind not in "fiu":
-            continue
-          number = float(array)
-        elif value.HasField("simple_value"):
-          number = float(value.simple_value)
-        else:
-          continue
-        out.setdefault(value.tag, {})[int(event.step)] = number
+    try:
+      for record in tf.data.TFRecordDataset(path):
+        _add_scalars(tf.compat.v1.Event.FromString(record.numpy()), out)
+    except tf.errors.DataLossError:  # The tail of a file whose writer was killed.
+      logging.warning("%s ends in a truncated record; read what precedes it.", path)
   return {tag: sorted(steps.items()) for tag, steps in out.items()}
+
+
+def _add_scalars(event, out: Dict[str, Dict[int, float]]) -> None:
+  for value in event.summary.value:
+    if value.HasField("tensor"):
+      array = tf.make_ndarray(value.tensor)
+      if array.ndim != 0 or array.dtype.kind not in "fiu":
+        continue
+      number = float(array)
+    elif value.HasField("simple_value"):
+      number = float(value.simple_value)
+    else:
+      continue
+    out.setdefault(value.tag, {})[int(event.step)] = number

@@ -142,7 +142,7 @@ def test_command_line_errors_name_the_field(monkeypatch):
 def test_config_round_trips_through_the_workdir_json():
   c = digits_hyper.get_config()
   restored = config_lib.config_from_dict(json.loads(c.to_json_best_effort()))
-  assert restored == c
+  assert restored == c and config_lib.flatten(restored) == config_lib.flatten(c)
   assert restored.model.conv_widths == (32, 64)
   flat = config_lib.flatten(c)
   assert flat["optim.lr"] == 1e-3 and flat["hypernet.kind"] == "chunked"

@@ -1,0 +1,77 @@
+"""PNG plots for the experiment scripts (matplotlib, the ``plots`` extra).
+
+Only ``experiments/`` imports matplotlib; the hypernet package itself does not need it.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")  # Files only, no display.
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+
+_STYLE = {"plain": dict(color="tab:blue", marker="o"),
+          "hypernetwork": dict(color="tab:red", marker="s")}
+
+
+def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
+  """Test accuracy against trainable parameters, one line per kind of weight source.
+
+  Args:
+    rows: dicts with ``kind`` ("plain" | "hypernetwork"), ``name``, ``trainable``
+      (int), ``accuracy`` (mean, in [0, 1]) and ``accuracy_std``.
+    path: output PNG file.
+    title: plot title.
+  """
+  fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+  for kind in ("plain", "hypernetwork"):
+    points = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["trainable"])
+    if not points:
+      continue
+    ax.errorbar([r["trainable"] for r in points], [100 * r["accuracy"] for r in points],
+                yerr=[100 * r["accuracy_std"] for r in points], capsize=3,
+                label="hypernetwork (chunked) generates the 32-64 CNN" if kind == "hypernetwork"
+                else "plain CNN trained directly", **_STYLE[kind])
+    for r in points:
+      ax.annotate(r["name"], (r["trainable"], 100 * r["accuracy"]), fontsize=7,
+                  textcoords="offset points", xytext=(4, -10))
+  ax.set_xscale("log")
+  ax.set_xlabel("trainable parameters (log scale)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_title(title)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(loc="best", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def learning_curves(curves: Dict[str, Dict[str, List[Tuple[int, float]]]],
+                    kinds: Mapping[str, str], path: str, title: str) -> None:
+  """Eval accuracy and training loss against step, one line per run.
+
+  Args:
+    curves: ``{run name: {"eval_accuracy": [(step, value)], "train_loss": [...]}}``.
+    kinds: ``{run name: "plain" | "hypernetwork"}`` (line style).
+    path: output PNG file.
+    title: figure title.
+  """
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+  for name, curve in curves.items():
+    style = dict(linestyle="-" if kinds[name] == "hypernetwork" else "--", linewidth=1.2)
+    if curve.get("eval_accuracy"):
+      steps, values = zip(*curve["eval_accuracy"])
+      left.plot(steps, [100 * v for v in values], label=name, **style)
+    if curve.get("train_loss"):
+      steps, values = zip(*curve["train_loss"])
+      right.plot(steps, values, label=name, **style)
+  left.set(xlabel="step", ylabel="test accuracy (%)", title="evaluation accuracy")
+  right.set(xlabel="step", ylabel="training loss (nats)", title="training loss", yscale="log")
+  for ax in (left, right):
+    ax.grid(True, alpha=0.3)
+  left.legend(fontsize=7)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
