@@ -114,7 +114,9 @@ class ChunkedHypernetwork(keras.Model):
   def flat_weights(self, embeddings=None) -> tf.Tensor:
     """All generated scalars as one float32 vector ``[P]`` (before splitting)."""
     chunks = self.output_head(self._features(embeddings))    # [C, chunk_size]
-    flat = tf.reshape(chunks, [-1])[: self.num_generated]
+    # Under a mixed dtype policy the generator computes in bfloat16/float16; the generated
+    # weights are float32 like the target's variables (layers cast them as they read).
+    flat = tf.cast(tf.reshape(chunks, [-1])[: self.num_generated], tf.float32)
     return flat * self._gain + self._mean
 
   def split(self, flat: tf.Tensor) -> Dict[str, tf.Tensor]:
