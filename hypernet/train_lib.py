@@ -200,8 +200,12 @@ class Trainer:
 
   # -- public -----------------------------------------------------------------------
   def restore(self) -> int:
-    """Restores the latest checkpoint if there is one; returns the step to start at."""
-    latest = self.manager.latest_checkpoint
+    """Restores the latest checkpoint if there is one; returns the step to start at.
+
+    Every worker restores the chief's latest checkpoint (``workdir/checkpoints``), also
+    non-chief workers, whose own saves go to a temporary folder.
+    """
+    latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
       logging.info("Resumed from %s at step %d.", latest, self.current_step())

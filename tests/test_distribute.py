@@ -4,7 +4,8 @@ conftest.py splits the CPU into /cpu:0 and /cpu:1 before TensorFlow starts, so
 ``distribution="mirrored"`` runs two replicas here and ``"one_device"`` one.
 """
 import json
-import math
+import pathlib
+import tempfile
 
 import keras
 import ml_collections
@@ -265,6 +266,33 @@ def test_checkpoint_keeps_adam_slots_under_mirrored(tmp_path):
   for trainer in (straight, second):
     for value in _values(trainer, trainer.variables[0]):
       np.testing.assert_allclose(value, [[0.19958584]], atol=2e-7)
+
+
+def test_non_chief_resumes_from_the_chief_and_writes_elsewhere(tmp_path, monkeypatch):
+  (tmp_path / "tmp").mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+  config = _config("one_device", batch_size=2, optim="adam", lr=0.1)
+  make = lambda: ScalarTask([1, 1], [1, 1])
+  chief = _trainer(config, tmp_path, make, "wd")
+  chief.train_chunk(chief.train_iterator(0), 1)
+  chief.step.assign(1)
+  chief.manager.save(checkpoint_number=1)
+  saved = sorted(p.name for p in (tmp_path / "wd" / "checkpoints").iterdir())
+  monkeypatch.setenv("TF_CONFIG", json.dumps(
+      {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+       "task": {"type": "worker", "index": 1}}))
+  worker = _trainer(config, tmp_path, make, "wd")
+  assert not worker.is_chief
+  assert worker.restore() == 1
+  worker.train_chunk(worker.train_iterator(1), 1)
+  np.testing.assert_allclose(worker.variables[0].numpy(), [[0.19958584]], atol=2e-7)
+  worker.step.assign(2)
+  worker.manager.save(checkpoint_number=2)
+  assert sorted(p.name for p in (tmp_path / "wd" / "checkpoints").iterdir()) == saved
+  assert worker.write_dir.startswith(str(tmp_path / "tmp"))
+  assert any(pathlib.Path(worker.write_dir).rglob("ckpt-2*"))
+  worker.close()
+  assert not pathlib.Path(worker.write_dir).exists()
 
 
 # -- real configs: 1 replica == 2 replicas -------------------------------------------------
