@@ -191,7 +191,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       variable's exact shape and dtype. Paths as in :func:`variable_paths`. ``None`` or
       ``{}`` runs the model on its own variables.
     *args: the model's inputs, e.g. a float32 batch of shape ``[B, H, W, C]``.
-    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout).
+    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout);
+      not passed to a subclassed model whose ``call`` takes no ``training`` argument.
     return_state: also return the updated non-trainable state.
     state: ``{path: tensor}`` for non-trainable variables (e.g. BatchNorm moving
       statistics fed back from a previous call); merged with ``weights``.
@@ -237,7 +238,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   tv = [_check_value(p, v, given[p]) if p in given else v for p, v in trainable.items()]
   ntv = [_check_value(p, v, given[p]) if p in given else _replica_seed(p, v)
          for p, v in non_trainable.items()]
-  if training is not None:
+  if training is not None and getattr(model, "_call_has_training_arg", True):
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()):

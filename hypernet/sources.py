@@ -56,8 +56,13 @@ class WeightSource:
     return list(self.own_variables) + self.direct_target_variables
 
   def trackables(self) -> Dict[str, object]:
-    """Objects to checkpoint, by name."""
-    return {"target": self.target}
+    """Objects to checkpoint, by name.
+
+    ``target_state`` lists the target's non-trainable variables explicitly: Keras 3 seed
+    generators (dropout RNG state) are not tracked by ``tf.train.Checkpoint`` through the
+    model, and a resumed run must continue their random stream.
+    """
+    return {"target": self.target, "target_state": list(self.target.non_trainable_variables)}
 
   def parameter_counts(self) -> Dict[str, int]:
     """``trainable`` (optimised scalars), ``generated`` (scalars this source produces),
@@ -99,7 +104,7 @@ class HypernetworkSource(WeightSource):
     return list(self.hypernetwork.trainable_variables)
 
   def trackables(self):
-    return {"target": self.target, "hypernetwork": self.hypernetwork}
+    return dict(super().trackables(), hypernetwork=self.hypernetwork)
 
 
 def build_weight_source(config, target: keras.Model) -> WeightSource:

@@ -208,6 +208,12 @@ class Trainer:
     latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
+      # A constant learning rate is a checkpointed variable; the config of the resumed
+      # run wins (schedules are recomputed from the restored iteration count anyway).
+      optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
+      if not isinstance(optimizer._learning_rate,  # pylint: disable=protected-access
+                        keras.optimizers.schedules.LearningRateSchedule):
+        optimizer.learning_rate = self.config.optim.lr
       logging.info("Resumed from %s at step %d.", latest, self.current_step())
     return self.current_step()
 

@@ -45,6 +45,9 @@ class ChunkedHypernetwork(keras.Model):
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     seed: seed of every initialiser (int).
+    dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
+      policy, float32 by default; ``"float64"`` for finite-difference checks). Generated
+      tensors are cast to the dtypes of ``target_spec``.
     name: Keras model name.
 
   Calling the model (``hnet()`` or ``hnet(None)``) returns ``{path: tensor}`` with
@@ -58,8 +61,8 @@ class ChunkedHypernetwork(keras.Model):
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in", seed: int = 0,
-               name: str = "hypernetwork"):
-    super().__init__(name=name)
+               dtype=None, name: str = "hypernetwork"):
+    super().__init__(name=name, dtype=dtype)
     if not target_spec:
       raise ValueError("target_spec is empty: the hypernetwork has no weights to generate "
                        "(check config.hypernet.targets).")
@@ -82,41 +85,39 @@ class ChunkedHypernetwork(keras.Model):
     gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
     mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
     # Fixed by the target's shapes, so constants rather than checkpointed state.
-    self._gain = tf.constant(gain, tf.float32)
-    self._mean = tf.constant(mean, tf.float32)
+    compute_dtype = self.dtype_policy.compute_dtype
+    self._gain = tf.constant(gain, compute_dtype)
+    self._mean = tf.constant(mean, compute_dtype)
 
     self.chunk_embeddings = self.add_weight(
         shape=(self.num_chunks, int(chunk_emb_dim)), name="chunk_embeddings",
         initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
-    self.generator_layers = []
-    width = int(chunk_emb_dim)
-    for i, h in enumerate(hidden):
-      layer = keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i))
-      layer.build((None, width))
-      self.generator_layers.append(layer)
-      width = int(h)
+    layer_kwargs = {"dtype": self.dtype_policy}
+    # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
+    self.generator = keras.Sequential(
+        [keras.Input((int(chunk_emb_dim),), dtype=self.dtype_policy.variable_dtype)] +
+        [keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
+                            kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i),
+                            **layer_kwargs) for i, h in enumerate(hidden)],
+        name=f"{name}_generator")
+    width = int(hidden[-1]) if hidden else int(chunk_emb_dim)
     features = self._features()
     mean_sq = float(tf.reduce_mean(tf.square(features)))
     out_std = 1.0 / np.sqrt(width * max(mean_sq, 1e-12))
     self.output_head = keras.layers.Dense(
         self.chunk_size, name=f"{name}_output",
-        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
+        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101),
+        **layer_kwargs)
     self.output_head.build((None, width))
     self.built = True
 
   def _features(self, embeddings=None) -> tf.Tensor:
-    h = self.chunk_embeddings if embeddings is None else embeddings
-    for layer in self.generator_layers:
-      h = layer(h)
-    return h
+    return self.generator(self.chunk_embeddings if embeddings is None else embeddings)
 
   def flat_weights(self, embeddings=None) -> tf.Tensor:
-    """All generated scalars as one float32 vector ``[P]`` (before splitting)."""
+    """All generated scalars as one vector ``[P]`` (compute dtype, before splitting)."""
     chunks = self.output_head(self._features(embeddings))    # [C, chunk_size]
-    # Under a mixed dtype policy the generator computes in bfloat16/float16; the generated
-    # weights are float32 like the target's variables (layers cast them as they read).
-    flat = tf.cast(tf.reshape(chunks, [-1])[: self.num_generated], tf.float32)
+    flat = tf.reshape(chunks, [-1])[: self.num_generated]
     return flat * self._gain + self._mean
 
   def split(self, flat: tf.Tensor) -> Dict[str, tf.Tensor]:
