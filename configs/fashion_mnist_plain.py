@@ -10,7 +10,7 @@ def get_config():
   c = config_lib.base_config()
   c.data.name = "fashion_mnist"
   c.data.augment_shift = 0
-  c.num_steps = 6000          # 12.8 epochs at batch 128
+  c.num_steps = 8000          # 17 epochs at batch 128
   c.batch_size = 128
   c.eval_batch_size = 1000
   c.log_every = 200

@@ -231,8 +231,9 @@ def base_config():
   c.eval_every = 500
   c.checkpoint_every = 500
   c.checkpoint_keep = 3
-  c.distribution = "auto"      # auto | one_device | mirrored | multi_worker
-  c.jit_compile = "auto"       # auto (on for GPU, off on CPU) | True | False
+  c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
+  c.jit_compile = "auto"       # auto (on for GPU/TPU, off on CPU) | true | false
+  c.dtype_policy = "float32"   # float32 | mixed_bfloat16 | mixed_float16 (loss scaling)
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "digits"       # digits | fashion_mnist | mnist
