@@ -248,7 +248,8 @@ class Trainer:
     return objectives.finalize(totals), int(first_bad)
 
   def learning_rate(self) -> float:
-    return float(self.optimizer.learning_rate)
+    # Through a tensor: float() of a constant rate's MirroredVariable raises.
+    return float(tf.convert_to_tensor(self.optimizer.learning_rate))
 
   def close(self) -> None:
     """Removes a non-chief worker's temporary checkpoint folder."""
