@@ -504,7 +504,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       trainer.manager.save(checkpoint_number=step)
   profiler.update(step)
   profiler.close()
-  if signals.received is not None:
+  if signals.received is not None and step < total:  # (At the end: finish, then exit.)
     if trainer.manager.latest_checkpoint != os.path.join(
         trainer.manager.directory, f"ckpt-{step}"):
       trainer.manager.save(checkpoint_number=step)

@@ -272,12 +272,18 @@ def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
       os.kill(os.getpid(), signal.SIGINT)
 
   config = _config(num_steps=60, **{"summaries.every": 10})
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(summaries.ModelSummaries, "write", write_and_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-      train_lib.train_and_evaluate(config, str(tmp_path))
+  # Python's default SIGINT handler (a shell's background job starts with SIGINT ignored,
+  # and the catcher then rightly restores "ignored").
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    with pytest.MonkeyPatch.context() as mp:
+      mp.setattr(summaries.ModelSummaries, "write", write_and_interrupt)
+      with pytest.raises(KeyboardInterrupt):
+        train_lib.train_and_evaluate(config, str(tmp_path))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  finally:
+    signal.signal(signal.SIGINT, previous)
   # Stopped right after step 10 (not a checkpoint step) and saved it.
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-10")
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
   result = train_lib.train_and_evaluate(config, str(tmp_path))  # The lock was released.
   assert result["step"] == 60
