@@ -197,6 +197,33 @@ def test_maml_second_order_through_batchnorm_matches_finite_differences():
   assert max(np.abs(a - b.numpy()).max() for a, b in zip(fd, fo_grads)) > 1e-3
 
 
+def test_maml_second_order_through_conv_relu_maxpool_matches_finite_differences():
+  """Two [conv3x3, ReLU, 2x2 max-pool] blocks (conv4's structure, without BatchNorm):
+  second derivatives through MaxPoolGrad (MaxPoolGradGrad) and Conv2DBackpropFilter."""
+  keras.utils.set_random_seed(0)
+  layers = [keras.Input((8, 8, 1), dtype="float64")]
+  for i in range(2):
+    layers += [keras.layers.Conv2D(2, 3, padding="same", name=f"conv{i}", dtype="float64",
+                                   bias_initializer="random_normal"),
+               keras.layers.ReLU(dtype="float64"),
+               keras.layers.MaxPooling2D(2, dtype="float64")]
+  layers += [keras.layers.Flatten(dtype="float64"),
+             keras.layers.Dense(3, name="head", dtype="float64")]
+  model = keras.Sequential(layers)
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.4,
+                            inner_steps=2)
+  rng = np.random.default_rng(0)
+  task = (tf.constant(rng.normal(size=(3, 8, 8, 1))), tf.range(3),
+          tf.constant(rng.normal(size=(6, 8, 8, 1))), tf.constant([0, 1, 2, 2, 1, 0]))
+  f = query_loss_fn(learner, task)
+  with tf.GradientTape() as tape:
+    loss = f()
+  grads = tape.gradient(loss, model.trainable_variables)
+  fd = central_fd(f, model.trainable_variables)
+  for v, g, n in zip(model.trainable_variables, grads, fd):
+    np.testing.assert_allclose(g.numpy(), n, rtol=1e-5, atol=1e-8, err_msg=v.path)
+
+
 def test_batchnorm_state_is_threaded_through_inner_steps():
   model = small_bn_net()
   bn = model.get_layer("bn")

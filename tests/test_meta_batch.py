@@ -40,6 +40,7 @@ def test_toy_meta_batch_exact(parallel, first_order):
   assert step.experimental_get_tracing_count() == 1
   after = (0.2 * a - b) ** 2
   np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
+  np.testing.assert_allclose(result.per_task["query_loss_after"].numpy(), after, rtol=1e-6)
   assert sorted(result.metrics) == ["query_loss_after", "query_loss_before"]  # regression
   np.testing.assert_allclose(result.metrics["query_loss_after"].numpy(), after.mean(),
                              rtol=1e-6)

@@ -40,10 +40,14 @@ class MetaBatchResult(NamedTuple):
     state: ``{path: tensor}`` non-trainable state after the query pass, averaged over
       tasks for float state (BatchNorm moving statistics), task 0's for other dtypes.
       Apply it with :func:`hypernet.functional.assign_state` if wanted.
+    per_task: ``{name: [T] tensor}``, the metrics per task before averaging;
+      ``per_task["query_loss_after"]`` is differentiable (e.g. for
+      ``tf.nn.compute_average_loss`` over a global meta-batch split across replicas).
   """
   loss: tf.Tensor
   metrics: Dict[str, tf.Tensor]
   state: Dict[str, tf.Tensor]
+  per_task: Dict[str, tf.Tensor]
 
 
 def _check_batch(batch: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
@@ -92,7 +96,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     parallel_iterations: ``tf.map_fn``'s parallel iterations (None: TF's default).
 
   Returns:
-    A :class:`MetaBatchResult` ``(loss, metrics, state)``.
+    A :class:`MetaBatchResult` ``(loss, metrics, state, per_task)``.
 
   Raises:
     ValueError: a batch key is missing or shapes disagree; unknown ``parallel``.
@@ -142,4 +146,4 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
   new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
                for p, s in states.items()}
-  return MetaBatchResult(loss, metrics, new_state)
+  return MetaBatchResult(loss, metrics, new_state, per_task)
