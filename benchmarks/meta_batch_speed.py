@@ -1,7 +1,7 @@
 """Trace time and steps/s of a conv4 meta-step (MAML, second and first order).
 
 5-way 1-shot, 15 queries per class, meta-batch of 16 tasks, 28x28x1 synthetic images,
-one inner step; the tasks are mapped with tf.map_fn and with tf.vectorized_map (and,
+one inner step, no pre-adaptation metrics; the tasks are mapped with tf.map_fn and with tf.vectorized_map (and,
 for comparison, "unrolled": a Python loop over tasks, what the library avoids).
 
   python benchmarks/meta_batch_speed.py [--steps 5] [--parallel map_fn,vectorized_map]
@@ -19,12 +19,14 @@ from hypernet import functional
 from hypernet.meta import conv4, inner_loop, meta_batch
 
 
-def make_step(learner, parallel, optimizer, variables, tasks):
+def make_step(learner, parallel, optimizer, variables, tasks, parallel_iterations=None):
   """A tf.function meta-step: meta-batch loss, gradient, Adam update."""
 
   def meta_loss(b):
     if parallel != "unrolled":
-      return meta_batch.meta_batch_loss(learner, b, parallel=parallel).loss
+      return meta_batch.meta_batch_loss(
+          learner, b, parallel=parallel, before_metrics=False,
+          parallel_iterations=parallel_iterations).loss
     task_losses = []
     for t in range(tasks):  # What the library avoids: one traced copy per task.
       fast, state = learner.adapt(b["support_x"][t], b["support_y"][t])
@@ -50,6 +52,8 @@ def main():
   parser.add_argument("--order", default="second,first")
   parser.add_argument("--tasks", type=int, default=16)
   parser.add_argument("--inner_steps", type=int, default=1)
+  parser.add_argument("--parallel_iterations", type=int, default=None,
+                      help="tf.map_fn parallel iterations (default: TF's, 10)")
   args = parser.parse_args()
   ways, shots, queries = 5, 1, 15
   rng = tf.random.Generator.from_seed(0)
@@ -74,7 +78,8 @@ def main():
       variables = model.trainable_variables
       optimizer.build(variables)
 
-      step = make_step(learner, parallel, optimizer, variables, args.tasks)
+      step = make_step(learner, parallel, optimizer, variables, args.tasks,
+                       args.parallel_iterations)
       t0 = time.perf_counter()
       step.get_concrete_function(batch)
       trace = time.perf_counter() - t0

@@ -49,6 +49,10 @@ def test_toy_meta_batch_exact(parallel, first_order):
   factor = 1.0 if first_order else 0.8
   np.testing.assert_allclose(grad.numpy().item(), (2 * (0.2 * a - b) * factor).mean(),
                              rtol=1e-5)
+  result = meta_batch.meta_batch_loss(learner, batch, parallel=parallel,
+                                      before_metrics=False)
+  assert sorted(result.metrics) == ["query_loss_after"]
+  np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
 
 
 def synthetic_fewshot_batch(tasks=3, ways=3, shots=1, queries=2, size=16, seed=0):
