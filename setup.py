@@ -18,9 +18,10 @@ setup(
         "absl-py",
         "ml-collections",
         "scikit-learn",
+        "pillow",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest"],
         "plots": ["matplotlib"],
     },
 )

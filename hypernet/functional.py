@@ -16,12 +16,15 @@ Everything here works eagerly, inside ``tf.function`` (with or without
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
+
+from hypernet import ops
 
 Weights = Mapping[str, tf.Tensor]
 Patterns = Union[str, Sequence[str], None]
@@ -145,9 +148,34 @@ def _check_value(path: str, variable, value, batched: bool = False) -> tf.Tensor
   return value
 
 
+# Added to a seed state's first element for replica r (times r): a large odd constant,
+# so the streams of different replicas come from unrelated seeds.
+REPLICA_SEED_STRIDE = 0x9E3779B1
+
+
+def _replica_seed(path: str, variable):
+  """A Keras seed-generator state with the ``tf.distribute`` replica id folded in.
+
+  Inside ``strategy.run`` with more than one replica, replica ``r`` draws from seed state
+  ``[s + r * REPLICA_SEED_STRIDE, c]`` instead of ``[s, c]``, so dropout masks differ
+  across replicas; replica 0 (and any single-device call) keeps ``[s, c]`` unchanged.
+  Other variables are returned as they are.
+  """
+  if not path.endswith("seed_generator_state"):
+    return variable
+  ctx = tf.distribute.get_replica_context()
+  if ctx is None or ctx.num_replicas_in_sync == 1:
+    return variable
+  value = tf.convert_to_tensor(variable)
+  stride = REPLICA_SEED_STRIDE if value.dtype.size == 8 else REPLICA_SEED_STRIDE % 2**31
+  offset = tf.cast(ctx.replica_id_in_sync_group, value.dtype) * tf.constant(stride, value.dtype)
+  return value + tf.stack([offset, tf.zeros_like(offset)])
+
+
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
-                    state: Optional[Weights] = None, strict: bool = True, **kwargs):
+                    state: Optional[Weights] = None, strict: bool = True,
+                    overrides: Optional[Mapping[str, Callable]] = None, **kwargs):
   """Runs ``model(*args, **kwargs)`` with some or all of its weights given as tensors.
 
   The forward pass reads ``weights[path]`` wherever the model would read the variable at
@@ -163,12 +191,18 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       variable's exact shape and dtype. Paths as in :func:`variable_paths`. ``None`` or
       ``{}`` runs the model on its own variables.
     *args: the model's inputs, e.g. a float32 batch of shape ``[B, H, W, C]``.
-    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout).
+    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout);
+      not passed to a subclassed model whose ``call`` takes no ``training`` argument.
     return_state: also return the updated non-trainable state.
     state: ``{path: tensor}`` for non-trainable variables (e.g. BatchNorm moving
       statistics fed back from a previous call); merged with ``weights``.
     strict: raise on a path that is not a variable of the model (default). With
       ``False`` unknown paths are ignored.
+    overrides: ``{layer name: fn}``; during this call the layer's output ``h`` is
+      replaced by ``fn(h)`` for everything downstream, while the gradient passes
+      straight through to ``h`` (see :func:`hypernet.ops.override_layer_outputs`). E.g.
+      a model ``y = a**2`` with ``overrides={"a": lambda a: 2.0 * tf.ones_like(a)}``
+      where ``a = 1`` gives ``y = 4`` and ``dy/da = 4``. The model is left unmodified.
     **kwargs: passed to the model's ``call``.
 
   Returns:
@@ -177,9 +211,16 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     variance after this batch in training mode, unchanged values in inference mode). Apply
     it with :func:`assign_state` or feed it back through ``state=``.
 
+    Inside ``tf.distribute`` ``strategy.run`` with several replicas, seed-generator states
+    not given in ``state`` are read with the replica id folded in (see
+    :func:`_replica_seed`), so dropout masks differ across replicas; replica 0's
+    returned state is the single-device one (``hypernet.distribute.all_reduce_state``
+    broadcasts it).
+
   Raises:
     ValueError: the model is not built; a path names no variable of the model (the
-      message lists the paths); a tensor's shape differs from the variable's.
+      message lists the paths); a tensor's shape differs from the variable's; an
+      ``overrides`` key names no layer (the message lists the layer names).
     TypeError: a tensor's dtype differs from the variable's.
   """
   _check_built(model)
@@ -195,10 +236,13 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
           f"Unknown weight path(s) {unknown} for model {model.name!r}. Known paths: "
           f"{list(trainable) + list(non_trainable)}")
   tv = [_check_value(p, v, given[p]) if p in given else v for p, v in trainable.items()]
-  ntv = [_check_value(p, v, given[p]) if p in given else v for p, v in non_trainable.items()]
-  if training is not None:
+  ntv = [_check_value(p, v, given[p]) if p in given else _replica_seed(p, v)
+         for p, v in non_trainable.items()]
+  if training is not None and getattr(model, "_call_has_training_arg", True):
     kwargs["training"] = training
-  outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
+  with (ops.override_layer_outputs(model, overrides) if overrides
+        else contextlib.nullcontext()):
+    outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
   if return_state:
     return outputs, dict(zip(non_trainable.keys(), new_ntv))
   return outputs

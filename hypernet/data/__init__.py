@@ -1,0 +1,24 @@
+"""Data: in-memory loaders (digits, IDX) and step-indexed ``tf.data`` pipelines."""
+from __future__ import annotations
+
+from hypernet.data.base import ImageClassificationData
+
+
+def load_classification(config) -> ImageClassificationData:
+  """Loads the data set named by ``config.name`` (``config`` = ``config.data``).
+
+  Names: ``"digits"`` (embedded, no download), ``"fashion_mnist"`` and ``"mnist"``
+  (IDX files in ``config.data_dir``, default search ``/usr/share/datasets/<name>``).
+
+  Raises:
+    ValueError: an unknown name (lists the known ones).
+    FileNotFoundError: IDX files missing (names the folder and how to get them).
+  """
+  if config.name == "digits":
+    from hypernet.data.digits import load_digits
+    return load_digits(test_fraction=config.test_fraction)
+  if config.name in ("fashion_mnist", "mnist"):
+    from hypernet.data.idx import load_idx_dataset
+    return load_idx_dataset(config.name, config.data_dir or None)
+  raise ValueError(f"config.data.name={config.name!r} is unknown; known: "
+                   "['digits', 'fashion_mnist', 'mnist'].")

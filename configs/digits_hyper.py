@@ -1,0 +1,27 @@
+"""The default main job: a chunked hypernetwork generates every conv and dense weight of
+a small CNN, trained on scikit-learn's embedded 8x8 digits (no download).
+
+    python -m hypernet.train --config=configs/digits_hyper.py --workdir=/tmp/digits_hyper
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.base_config()
+  c.data.name = "digits"
+  c.data.augment_shift = 1     # +-1 pixel translations: the set has only 1,437 images
+  c.num_steps = 3000
+  c.batch_size = 64
+  c.log_every = 100
+  c.eval_every = 1000
+  c.checkpoint_every = 1000
+  c.model.conv_widths = (32, 64)
+  c.model.dense_widths = (64,)
+  c.model.dropout = 0.3
+  c.hypernet.kind = "chunked"
+  c.hypernet.targets = "conv*/*,dense*/*,head/*"   # every weight of the target
+  c.hypernet.chunk_size = 1024
+  c.hypernet.chunk_emb_dim = 32
+  c.hypernet.hidden = (64,)
+  c.optim.lr = 1e-3
+  return c

@@ -1,0 +1,77 @@
+"""Config validation: fail before any training work, naming the field."""
+from __future__ import annotations
+
+_POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
+                  "checkpoint_every", "checkpoint_keep")
+
+
+def validate(config) -> None:
+  """Checks the fields every config shares.
+
+  Raises:
+    ValueError: naming the bad field and what it must be.
+  """
+  for name in _POSITIVE_INTS:
+    value = config.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+      raise ValueError(f"config.{name} must be a positive integer, got {value!r}.")
+  if not isinstance(config.eval_every, int) or config.eval_every < 0:
+    raise ValueError(f"config.eval_every must be an integer >= 0 (0: only at the end), got "
+                     f"{config.eval_every!r}.")
+
+
+def base_config():
+  """The fields every experiment shares, with their defaults (configs/*.py start here).
+
+  Returns:
+    An ``ml_collections.ConfigDict``; experiment files override what differs.
+  """
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.task = "classification"
+  c.num_steps = 1000
+  c.batch_size = 64
+  c.eval_batch_size = 256
+  c.log_every = 100
+  c.eval_every = 500
+  c.checkpoint_every = 500
+  c.checkpoint_keep = 3
+  c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
+  c.jit_compile = "auto"       # auto (on for GPU/TPU, off on CPU) | true | false
+  c.dtype_policy = "float32"   # float32 | mixed_bfloat16 | mixed_float16 (loss scaling)
+
+  c.data = ml_collections.ConfigDict()
+  c.data.name = "digits"       # digits | fashion_mnist | mnist
+  c.data.data_dir = ""         # IDX folder; "" searches /usr/share/datasets/<name>
+  c.data.test_fraction = 0.2   # digits only: held-out fraction per class
+  c.data.augment_shift = 0     # random translation by up to this many pixels
+  c.data.augment_flip = False  # random left-right flips
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "cnn"
+  c.model.conv_widths = (32, 64)
+  c.model.kernel_size = 3
+  c.model.pool = "max"
+  c.model.dense_widths = (64,)
+  c.model.batch_norm = False
+  c.model.dropout = 0.0
+
+  c.hypernet = ml_collections.ConfigDict()
+  c.hypernet.kind = "none"     # none | chunked
+  c.hypernet.targets = "*"     # glob/regex patterns of generated target weights
+  c.hypernet.train_rest = True  # train target weights that are not generated
+  c.hypernet.chunk_size = 1024
+  c.hypernet.chunk_emb_dim = 32
+  c.hypernet.hidden = (64,)
+  c.hypernet.init = "hyperfan_in"  # hyperfan_in | hyperfan_out | glorot
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.name = "adam"        # adam | adamw | sgd
+  c.optim.lr = 1e-3
+  c.optim.schedule = "cosine"  # constant | cosine
+  c.optim.warmup_steps = 0
+  c.optim.weight_decay = 0.0
+  c.optim.momentum = 0.9
+  c.optim.grad_clip_norm = 0.0
+  return c

@@ -1,0 +1,43 @@
+"""In-memory image classification data: the container every loader returns."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageClassificationData:
+  """A train/test split of labelled images held in memory.
+
+  Attributes:
+    name: dataset name, e.g. ``"digits"``.
+    x_train: ``[N, H, W, C]`` images, uint8 (raw pixel values) or float32.
+    y_train: ``[N]`` int32 class labels in ``[0, num_classes)``.
+    x_test: ``[M, H, W, C]``, same dtype as ``x_train``.
+    y_test: ``[M]`` int32.
+    num_classes: number of classes.
+    pixel_scale: multiply pixels by this to get float32 values in ``[0, 1]``
+      (e.g. 1/255 for uint8 IDX images, 1/16 for scikit-learn digits).
+  """
+  name: str
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+  pixel_scale: float = 1.0
+
+  @property
+  def image_shape(self) -> Tuple[int, int, int]:
+    return tuple(int(d) for d in self.x_train.shape[1:])
+
+  def __post_init__(self):
+    for split in ("train", "test"):
+      x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
+      if x.ndim != 4 or len(x) != len(y):
+        raise ValueError(f"{self.name}: x_{split} must be [N, H, W, C] with one label per "
+                         f"image; got {x.shape} images and {y.shape} labels.")
+      if len(y) and (y.min() < 0 or y.max() >= self.num_classes):
+        raise ValueError(f"{self.name}: y_{split} has labels outside [0, {self.num_classes}).")
