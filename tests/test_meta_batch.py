@@ -184,3 +184,35 @@ def test_make_conv4_shapes_and_paths():
   assert len(functional.select_paths(model, "bn*/moving_*", trainable=False)) == 8
   with pytest.raises(ValueError, match="too small"):
     conv4.make_conv4(5, (8, 8, 1))
+
+
+def test_maml_learns_sinusoid_regression():
+  """Finn et al. 2017 Sec. 5.1 setting (MLP 40-40, alpha 0.01, one inner step, K = 10,
+  meta-batch 25, Adam 1e-3), 1000 meta-steps on the project's sinusoid tasks: on 100
+  held-out tasks one inner step must cut the query MSE to under half its value at the
+  meta-learned initialisation (measured: 3.08 -> 0.96)."""
+  from hypernet.data import sinusoid  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([
+      keras.Input((1,)), keras.layers.Dense(40, activation="relu", name="h1"),
+      keras.layers.Dense(40, activation="relu", name="h2"), keras.layers.Dense(1, name="out")])
+  learner = inner_loop.MAML(model, "mse", inner_lr=0.01)
+  optimizer = keras.optimizers.Adam(1e-3)
+  variables = model.trainable_variables
+  optimizer.build(variables)
+
+  @tf.function
+  def step(batch):
+    with tf.GradientTape() as tape:
+      result = meta_batch.meta_batch_loss(learner, batch, before_metrics=False)
+    optimizer.apply_gradients(zip(tape.gradient(result.loss, variables), variables))
+
+  for batch in sinusoid.sinusoid_dataset(meta_batch_size=25, num_support=10,
+                                         num_query=10, seed=0, num_steps=1000):
+    step(batch)
+  held_out = next(iter(sinusoid.sinusoid_dataset(meta_batch_size=100, num_support=10,
+                                                 num_query=10, seed=123, num_steps=1)))
+  metrics = meta_batch.meta_batch_loss(learner, held_out).metrics
+  before = float(metrics["query_loss_before"])
+  after = float(metrics["query_loss_after"])
+  assert after < 0.5 * before, (before, after)
