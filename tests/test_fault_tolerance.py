@@ -216,9 +216,9 @@ _MIRRORED_OK = hasattr(train_lib.Trainer, "current_step")  # Mirrored restore (d
 
 
 @pytest.mark.parametrize("distribution", [
-    "auto", pytest.param("mirrored", marks=pytest.mark.skipif(
+    "auto", pytest.param("mirrored", marks=[pytest.mark.slow, pytest.mark.skipif(
         not _MIRRORED_OK, reason="Trainer.restore on MirroredStrategy comes with the "
-        "'distribute' branch"))])
+        "'distribute' branch")])])
 def test_skip_mode_skips_exactly_the_bad_steps(tmp_path, monkeypatch, distribution):
   """Skipping step s leaves the parameters of step s - 1: equal to a run that stops there."""
   load = _poisoned_digits(monkeypatch)
