@@ -138,6 +138,33 @@ def generated_paths(task) -> List[str]:
   return list(getattr(getattr(task, "source", None), "generated_paths", []) or [])
 
 
+def loss_and_gradients(task, variables: Sequence, batch, global_batch_size: int,
+                       strategy=None) -> Tuple[tf.Tensor, List[Optional[tf.Tensor]]]:
+  """The training loss of ``batch`` and its gradient for each variable, in replica context.
+
+  Distributed variables can only be watched by a tape inside ``strategy.run``; every
+  local replica computes the whole ``batch`` and replica 0's values are returned (its
+  dropout seed is the single-device one). Nothing collective runs, so a single worker
+  may call it. The forward pass's new state is discarded.
+
+  Returns:
+    ``(loss float32 [], [gradient or None per variable])``.
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  connected = []
+
+  def replica_fn(b):
+    with tf.GradientTape() as tape:
+      loss, _, _ = task.train_loss(b, global_batch_size)
+    grads = tape.gradient(loss, list(variables))
+    connected[:] = [g is not None for g in grads]
+    return loss, [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
+
+  loss, grads = strategy.run(replica_fn, args=(batch,))
+  first = lambda x: strategy.experimental_local_results(x)[0]
+  return first(loss), [first(g) if c else None for g, c in zip(grads, connected)]
+
+
 def embedding_variables(variables: Iterable) -> Dict[str, object]:
   """``{path: variable}`` of the trainable variables named like embeddings (chunk,
   condition / task embeddings)."""
@@ -222,9 +249,8 @@ class ModelSummaries:
 
   def _compute_fn(self, batch):
     weights = target_weights(self.task)
-    with tf.GradientTape() as tape:
-      loss, _, _ = self.task.train_loss(batch, self.config.batch_size)
-    grads = tape.gradient(loss, self.variables)
+    loss, grads = loss_and_gradients(self.task, self.variables, batch,
+                                     self.config.batch_size, self.strategy)
     grad_norms = {v.path: tf.norm(tf.cast(g, tf.float32))
                   for g, v in zip(grads, self.variables) if g is not None}
     return weights, grad_norms, loss

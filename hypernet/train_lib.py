@@ -319,12 +319,11 @@ def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
       if found:
         return found.replace("target weight", "generated weight", 1) \
             if path in summaries.generated_paths(trainer.task) else found
-    with tf.GradientTape() as tape:
-      loss, _, _ = trainer.task.train_loss(batch, config.batch_size)
+    loss, grads = summaries.loss_and_gradients(trainer.task, trainer.variables, batch,
+                                               config.batch_size, trainer.strategy)
     found = _describe_nonfinite("loss", loss)
     if found:
       return found
-    grads = tape.gradient(loss, trainer.variables)
     for g, v in zip(grads, trainer.variables):
       found = _describe_nonfinite(f"gradient of {v.path}", g) if g is not None else None
       if found:

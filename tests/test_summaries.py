@@ -220,3 +220,29 @@ def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
     assert values["params/trainable"] == result["params/trainable"]
   finally:
     tb.close()
+
+
+def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path):
+  """Gradients of distributed variables are taken in replica context: on two replicas
+  the step-0 summaries equal the single-device ones (same init, same batch)."""
+  if len(tf.config.list_logical_devices("CPU")) < 2:
+    pytest.skip("needs the two logical CPUs set up by conftest.py")
+  runs = {}
+  for distribution in ("auto", "mirrored"):
+    c = _config()
+    c.distribution = distribution
+    c.num_steps = c.summaries.every = c.log_every = c.eval_every = c.checkpoint_every = 10
+    c.summaries.profile_steps = 0
+    train_lib.train_and_evaluate(c, str(tmp_path / distribution))
+    runs[distribution] = _events(tmp_path / distribution / "train")
+  grad_tags = [t for t in runs["auto"] if t.startswith(("grad_norm/", "norm/generated/"))]
+  assert len(grad_tags) == 5 + 8  # 5 hypernetwork variables, 8 generated tensors
+  for tag in grad_tags:
+    np.testing.assert_allclose(runs["mirrored"][tag][0], runs["auto"][tag][0], rtol=1e-5,
+                               err_msg=tag)
+  c = _config()
+  c.distribution = "mirrored"
+  trainer = train_lib.Trainer(c, str(tmp_path / "mirrored"))
+  trainer.restore()
+  assert train_lib.first_nonfinite_tensor(trainer, 11).startswith(
+      "none: the step was finite when replayed")
