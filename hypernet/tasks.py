@@ -95,4 +95,8 @@ def build_task(config):
   """
   if config.task == "classification":
     return ClassificationTask(config)
-  raise ValueError(f"config.task={config.task!r} is unknown; known: ['classification'].")
+  from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+  if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
+    return meta_tasks.MetaLearningTask(config)
+  raise ValueError(f"config.task={config.task!r} is unknown; known: "
+                   f"{['classification'] + list(meta_tasks.TASKS)}.")

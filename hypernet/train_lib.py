@@ -154,7 +154,7 @@ class Trainer:
       loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
       scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
     grads = tape.gradient(scaled, self.variables)
-    missing = [v.path for g, v in zip(grads, self.variables) if g is None]
+    missing = [getattr(v, "path", v.name) for g, v in zip(grads, self.variables) if g is None]
     if missing:
       raise ValueError(f"No gradient reaches {missing}: they do not affect the loss. Freeze "
                        "them or remove them from the trained weights.")

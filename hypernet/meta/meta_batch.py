@@ -6,8 +6,8 @@ The tasks of a meta-batch run inside one graph *without a Python loop per task*:
 Unrolling a Python loop over 16 conv4 tasks took over 40 s to trace.
 
 ``"map_fn"`` is the default. Measured on 2 shared CPU cores (conv4, 5-way 1-shot,
-meta-batch 16, ``benchmarks/meta_batch_speed.py``) both trace in seconds and their step
-rates are within the noise of each other (0.3-1 steps/s); map_fn traces faster. pfor
+meta-batch 16, ``benchmarks/meta_bench.py --parallel map_fn,vectorized_map``) both
+trace in seconds and their step rates are within the noise of each other (0.3-1 steps/s); map_fn traces faster. pfor
 has no converter for Conv2DBackpropFilter and falls back to a while loop for it, which
 also makes ``"vectorized_map"`` fail under ``jit_compile=True`` (map_fn compiles). Kept as an option because batching the forward
 convolutions across tasks may pay off on an accelerator (not measured). Under XLA (CPU),
