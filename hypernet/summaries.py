@@ -165,10 +165,18 @@ def loss_and_gradients(task, variables: Sequence, batch, global_batch_size: int,
   return first(loss), [first(g) if c else None for g, c in zip(grads, connected)]
 
 
+def variable_name(variable) -> str:
+  """A variable's Keras path (``hypernetwork/chunk_embeddings``), else its TF name
+  without the ``:0`` suffix (plain ``tf.Variable``s, e.g. learned inner learning rates)."""
+  path = getattr(variable, "path", None)
+  return path if path else variable.name.split(":")[0]
+
+
 def embedding_variables(variables: Iterable) -> Dict[str, object]:
   """``{path: variable}`` of the trainable variables named like embeddings (chunk,
   condition / task embeddings)."""
-  return {v.path: v for v in variables if "embedding" in v.path.rsplit("/", 1)[-1]}
+  return {variable_name(v): v for v in variables
+          if "embedding" in variable_name(v).rsplit("/", 1)[-1]}
 
 
 def kernel_grid(kernel: np.ndarray, max_filters: int = 64, scale: Optional[int] = None) -> np.ndarray:
@@ -251,7 +259,7 @@ class ModelSummaries:
     weights = target_weights(self.task)
     loss, grads = loss_and_gradients(self.task, self.variables, batch,
                                      self.config.batch_size, self.strategy)
-    grad_norms = {v.path: tf.norm(tf.cast(g, tf.float32))
+    grad_norms = {variable_name(v): tf.norm(tf.cast(g, tf.float32))
                   for g, v in zip(grads, self.variables) if g is not None}
     return weights, grad_norms, loss
 
@@ -269,7 +277,7 @@ class ModelSummaries:
     histograms.update({f"embeddings/{p}": v.numpy() for p, v in self.embeddings.items()})
     scalars = {f"norm/{kind(p)}/{p}": float(np.linalg.norm(w)) for p, w in weights.items()}
     scalars.update({f"grad_norm/{p}": float(g) for p, g in grad_norms.items()})
-    current = {v.path: v.numpy() for v in self.variables}
+    current = {variable_name(v): v.numpy() for v in self.variables}
     if self._previous is not None:
       for p, value in current.items():
         delta = float(np.linalg.norm(value - self._previous[p]))

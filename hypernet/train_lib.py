@@ -311,7 +311,7 @@ def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
       if found:
         return found
     for v in trainer.variables:
-      found = _describe_nonfinite(f"parameter {v.path}", v)
+      found = _describe_nonfinite(f"parameter {summaries.variable_name(v)}", v)
       if found:
         return found
     for path, value in summaries.target_weights(trainer.task).items():
@@ -325,7 +325,8 @@ def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
     if found:
       return found
     for g, v in zip(grads, trainer.variables):
-      found = _describe_nonfinite(f"gradient of {v.path}", g) if g is not None else None
+      name = f"gradient of {summaries.variable_name(v)}"
+      found = _describe_nonfinite(name, g) if g is not None else None
       if found:
         return found
   return ("none: the step was finite when replayed from the last checkpoint (non-"

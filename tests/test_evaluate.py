@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import evaluate, export, functional, summaries, tasks, train_lib
+from hypernet import config_lib, evaluate, export, functional, summaries, tasks, train_lib
 from hypernet.data.digits import load_digits
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,3 +122,29 @@ def test_errors_name_the_problem(run, tmp_path):
   task = tasks.ClassificationTask(_config())
   with pytest.raises(ValueError, match=r"must end in '\.keras'"):
     export.export_target(task, str(tmp_path / "model.h5"))
+
+
+def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialisation(tmp_path):
+  """5-way 1-shot MAML on digits (a few_shot config): hypernet.evaluate reproduces the
+  loop's final meta-test metrics; the export is the learned initialisation."""
+  c = config_lib.base_config()
+  c.task, c.data.name, c.jit_compile = "few_shot", "digits", "false"
+  c.model.name, c.model.conv_widths = "conv4", (8, 8)
+  c.batch_size, c.eval_batch_size = 4, 6
+  c.meta.num_queries, c.meta.eval_queries, c.meta.eval_episodes = 2, 2, 12
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 6, 3, 3, 3
+  c.summaries.every = 3
+  result = train_lib.train_and_evaluate(c, str(tmp_path))
+  assert {"accuracy", "accuracy_before", "accuracy_ci95", "loss"} <= set(result)
+  evaluated = evaluate.evaluate(str(tmp_path), export_path=str(tmp_path / "init.keras"))
+  for k in ("accuracy", "accuracy_before", "accuracy_ci95", "loss", "loss_before"):
+    assert evaluated[k] == pytest.approx(result[k], rel=1e-6, abs=1e-9), k
+  at_3 = evaluate.evaluate(str(tmp_path), checkpoint=3, output="")
+  logged = dict(summaries.read_scalars(str(tmp_path / "eval"))["accuracy"])
+  assert at_3["accuracy"] == pytest.approx(logged[3], abs=1e-6)
+  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer.restore()
+  x = tf.random.stateless_uniform((7, 8, 8, 1), seed=[1, 2])
+  expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(), x)
+  loaded = keras.models.load_model(tmp_path / "init.keras")
+  np.testing.assert_allclose(loaded(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
