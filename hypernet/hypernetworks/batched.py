@@ -9,18 +9,27 @@ TensorFlow", ICML): the model is traced once and every op is rewritten into its 
 form, so the result equals a Python loop over the weight sets (up to float rounding)
 at the cost of one batched pass.
 
-``pfor`` has no batched form of ``Conv2D`` whose *filter* varies across the loop. While
-the batched call runs, every Keras ``Conv1D``/``Conv2D`` layer of the target therefore
-computes its convolution as im2col (strided slices of the padded input, concatenated)
-followed by one matmul with the flattened kernel -- the same sum in another order, which
-``pfor`` turns into a batched matmul over weight sets. Depthwise convolutions
-(``DepthwiseConv2D``, MobileNet) vectorise natively. The layer is restored when the call
-returns.
+``pfor`` has no batched form of ``Conv2D`` whose *filter* varies across the loop, and
+batches ``DepthwiseConv2dNative`` only when input and filter both vary. While a batched
+call runs (and only then), two converters are added through pfor's converter registry
+(the extension point documented in ``tensorflow/python/ops/parallel_for/pfor.py``):
+
+* ``conv="grouped"`` (default where it can be differentiated): ``S`` kernels become one
+  *grouped convolution* with ``S`` groups -- input ``[B, H, W, S C_in]``, filter
+  ``[kh, kw, C_in, S C_out]`` -- the same arithmetic as ``S`` separate convolutions in
+  one kernel launch (Conv1D runs as Conv2D in TensorFlow, so it is covered too);
+* ``conv="im2col"``: every Keras ``Conv2D`` layer computes its convolution as im2col
+  (strided slices of the padded input, concatenated) and one matmul with the flattened
+  kernel, which pfor turns into a batched matmul. TensorFlow's CPU kernels cannot
+  differentiate grouped convolutions in float64 (they go through oneDNN, float32 only),
+  so float64 weights (finite-difference checks) take this path;
+* a depthwise convolution with a shared kernel or shared input is tiled over sets first.
+
+Everything is restored when the call returns.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from typing import Dict, Iterator, List, Mapping, Optional
 
@@ -103,28 +112,56 @@ def _grouped_conv2d_converter(original):
   return convert
 
 
-_GROUPED_DEPTH = [0, None]  # [active contexts, original converter]
+def _stacking_converter(original):
+  """Wraps pfor's DepthwiseConv2dNative converter, which needs both the input and the
+  filter to vary across the loop: a loop-invariant one (a shared depthwise kernel, or
+  inputs shared by every weight set) is tiled first."""
+
+  def convert(pfor_input):
+    if not all(t.is_stacked for t in pfor_input.inputs):
+      pfor_input.stack_inputs()
+    return original(pfor_input)
+
+  return convert
+
+
+_PATCHED: Dict[str, list] = {}  # op type -> [active contexts, original converter]
 
 
 @contextlib.contextmanager
-def _grouped_conv2d() -> Iterator[None]:
+def _patched_converters(factories) -> Iterator[None]:
+  """Installs ``{op_type: factory(original) -> converter}`` in pfor's converter registry
+  for the duration of the context (reference counted, thread safe)."""
   from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
   registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
   with _LOCK:
-    if not _GROUPED_DEPTH[0]:
-      _GROUPED_DEPTH[1] = registry["Conv2D"]
-      registry["Conv2D"] = _grouped_conv2d_converter(_GROUPED_DEPTH[1])
-    _GROUPED_DEPTH[0] += 1
+    for op_type, factory in factories.items():
+      entry = _PATCHED.setdefault(op_type, [0, None])
+      if not entry[0]:
+        entry[1] = registry[op_type]
+        registry[op_type] = factory(entry[1])
+      entry[0] += 1
   try:
     yield
   finally:
     with _LOCK:
-      _GROUPED_DEPTH[0] -= 1
-      if not _GROUPED_DEPTH[0]:
-        registry["Conv2D"] = _GROUPED_DEPTH[1]
+      for op_type in factories:
+        entry = _PATCHED[op_type]
+        entry[0] -= 1
+        if not entry[0]:
+          registry[op_type] = entry[1]
 
 
 _PROBED: Dict[str, bool] = {}
+
+
+def _has_registry() -> bool:
+  try:
+    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+    registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+    return "Conv2D" in registry and "DepthwiseConv2dNative" in registry and hasattr(pfor_lib, "wrap")
+  except (ImportError, AttributeError):
+    return False
 
 
 def grouped_conv_available(dtype=tf.float32) -> bool:
@@ -140,11 +177,7 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
   dtype = tf.as_dtype(dtype)
   if dtype.name in _PROBED:
     return _PROBED[dtype.name]
-  try:
-    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
-    ok = "Conv2D" in pfor_lib._pfor_converter_registry and hasattr(pfor_lib, "wrap")  # pylint: disable=protected-access
-  except ImportError:
-    ok = False
+  ok = _has_registry()
   if ok:
     with tf.init_scope():
       try:
@@ -165,13 +198,8 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
 # -- im2col: Conv layers computed as strided slices + one matmul --------------------------
 
 def _vectorizable_conv_op(layer):
-  rank = layer.rank
 
   def convolution_op(inputs, kernel):
-    if rank == 1:
-      out = conv2d_im2col(inputs[:, None], kernel[None], (1, layer.strides[0]), layer.padding,
-                          (1, layer.dilation_rate[0]))
-      return out[:, 0]
     return conv2d_im2col(inputs, kernel, tuple(layer.strides), layer.padding,
                          tuple(layer.dilation_rate))
 
@@ -189,8 +217,9 @@ def _conv_layers(model, batched_paths, conv: str) -> List[keras.layers.Layer]:
     supported = (layer.rank in (1, 2) and layer.data_format == "channels_last"
                  and not isinstance(layer, (keras.layers.Conv1DTranspose,
                                             keras.layers.Conv2DTranspose)))
-    if conv == "im2col":
-      supported = supported and layer.groups == 1 and layer.padding in ("same", "valid")
+    if conv == "im2col":  # Conv1D calls ops.conv itself, not convolution_op.
+      supported = (supported and layer.rank == 2 and layer.groups == 1
+                   and layer.padding in ("same", "valid"))
     if supported:
       found.append(layer)
     elif kernel_path in batched_paths:
@@ -220,28 +249,31 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
   if conv not in ("grouped", "im2col"):
     raise ValueError(f"conv={conv!r}; use 'grouped' or 'im2col'.")
   layers = _conv_layers(model, set(batched_paths), conv)
+  factories = {"DepthwiseConv2dNative": _stacking_converter} if _has_registry() else {}
   if conv == "grouped":
-    with _grouped_conv2d():
-      yield
-    return
-  with _LOCK:
-    for layer in layers:
-      entry = _INSTALLED.get(id(layer))
-      if entry is None:
-        object.__setattr__(layer, "convolution_op", _vectorizable_conv_op(layer))
-        _INSTALLED[id(layer)] = [layer, 1]
-      else:
-        entry[1] += 1
-  try:
-    yield
-  finally:
+    factories["Conv2D"] = _grouped_conv2d_converter
+    layers = []
+  with contextlib.ExitStack() as stack:
+    if factories:
+      stack.enter_context(_patched_converters(factories))
     with _LOCK:
       for layer in layers:
-        entry = _INSTALLED[id(layer)]
-        entry[1] -= 1
-        if not entry[1]:
-          del _INSTALLED[id(layer)]
-          object.__delattr__(layer, "convolution_op")
+        entry = _INSTALLED.get(id(layer))
+        if entry is None:
+          object.__setattr__(layer, "convolution_op", _vectorizable_conv_op(layer))
+          _INSTALLED[id(layer)] = [layer, 1]
+        else:
+          entry[1] += 1
+    try:
+      yield
+    finally:
+      with _LOCK:
+        for layer in layers:
+          entry = _INSTALLED[id(layer)]
+          entry[1] -= 1
+          if not entry[1]:
+            del _INSTALLED[id(layer)]
+            object.__delattr__(layer, "convolution_op")
 
 
 def num_weight_sets(weights: Mapping[str, tf.Tensor], model: Optional[keras.Model] = None):
