@@ -19,6 +19,7 @@ def get_config():
   c.model.name = "mobilenet_v2"  # keras.applications.MobileNetV2(weights=None), nested
   c.model.alpha = 0.35
   c.model.image_size = 32
+  c.model.bn_momentum = 0.9    # the application's 0.999 leaves inference at chance here
   c.optim.lr = 2e-3
   c.hypernet.kind = "none"
   return c

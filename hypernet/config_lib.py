@@ -57,6 +57,7 @@ def base_config():
   c.model.dropout = 0.0
   c.model.alpha = 0.35         # mobilenet_v2: width multiplier
   c.model.image_size = 32      # mobilenet_v2: images are resized to this (>= 32)
+  c.model.bn_momentum = 0.0    # mobilenet_v2: BatchNorm momentum (0: the application's 0.999)
 
   c.hypernet = ml_collections.ConfigDict()
   c.hypernet.kind = "none"     # none | mlp | chunked | static

@@ -70,6 +70,7 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
 
 def make_mobilenet_v2(input_shape: Tuple[int, int, int], num_classes: int, *,
                       alpha: float = 0.35, image_size: int = 32,
+                      bn_momentum: float = 0.0,
                       name: str = "mobilenet_v2_target") -> keras.Model:
   """A ``keras.applications.MobileNetV2`` (Sandler et al. 2018) body, untrained, as a target.
 
@@ -86,13 +87,20 @@ def make_mobilenet_v2(input_shape: Tuple[int, int, int], num_classes: int, *,
     alpha: MobileNetV2 width multiplier (0.35, 0.5, 0.75, 1.0, ...).
     image_size: the side images are resized to (bilinear); at least 32 (the
       application's minimum).
+    bn_momentum: if in ``(0, 1)``, the momentum of every BatchNorm moving average
+      (the application uses 0.999: on a run of a few thousand steps from scratch its
+      moving statistics lag the weights, and inference-mode accuracy stays at chance);
+      0 keeps the application's.
     name: model name.
 
   Raises:
-    ValueError: ``image_size < 32``.
+    ValueError: ``image_size < 32`` or ``bn_momentum`` outside ``[0, 1)``.
   """
   if image_size < 32:
     raise ValueError(f"config.model.image_size={image_size}: MobileNetV2 needs at least 32.")
+  if not 0.0 <= bn_momentum < 1.0:
+    raise ValueError(f"config.model.bn_momentum={bn_momentum} must be in [0, 1) (0: keep "
+                     "the application's 0.999).")
   body = keras.applications.MobileNetV2(
       input_shape=(image_size, image_size, int(input_shape[2])), alpha=alpha,
       include_top=False, weights=None, pooling="avg")
@@ -101,6 +109,10 @@ def make_mobilenet_v2(input_shape: Tuple[int, int, int], num_classes: int, *,
   if tuple(input_shape[:2]) != (image_size, image_size):
     h = keras.layers.Resizing(image_size, image_size, name="resize")(h)
   h = body(h)
+  if bn_momentum:
+    for layer in body.layers:
+      if isinstance(layer, keras.layers.BatchNormalization):
+        layer.momentum = bn_momentum
   outputs = keras.layers.Dense(num_classes, name="head")(h)
   return keras.Model(inputs, outputs, name=name)
 
@@ -118,6 +130,6 @@ def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> 
                     dropout=config.dropout)
   if config.name == "mobilenet_v2":
     return make_mobilenet_v2(input_shape, num_classes, alpha=config.alpha,
-                             image_size=config.image_size)
+                             image_size=config.image_size, bn_momentum=config.bn_momentum)
   raise ValueError(f"config.model.name={config.name!r} is not a known target network; "
                    "known: ['cnn', 'mobilenet_v2'].")

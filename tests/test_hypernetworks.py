@@ -350,3 +350,30 @@ def test_parameter_counts_and_compression_ratio():
   assert h.parameter_count() == 4 + 40 + 9 * 2304
   assert h.compression_ratio() == pytest.approx(2304 / (44 + 9 * 2304))
   assert isinstance(h, base.Hypernetwork)
+
+
+# ----------------------------------------------------------------------------------------
+# Every config builds its weight source (no data needed: shapes from the config).
+# ----------------------------------------------------------------------------------------
+
+CONFIGS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", [c for c in CONFIGS if "mobilenet" not in c])
+def test_every_config_builds_its_weight_source(name):
+  config = load_config(name)
+  shape = (8, 8, 1) if config.data.name == "digits" else (28, 28, 1)
+  target = models.make_target(config.model, shape, 10)
+  source = sources.build_weight_source(config, target)
+  counts = source.parameter_counts()
+  assert counts["target"] == sum(int(np.prod(v.shape)) for v in target.trainable_variables)
+  if config.hypernet.kind == "none":
+    assert counts["source"] == 0 and counts["trainable"] == counts["target"]
+  else:
+    assert counts["source"] > 0 and counts["generated"] > 0
+    condition = tf.range(config.hypernet.num_conditions) if config.hypernet.num_conditions else None
+    w = source.weights(condition)
+    lead = (config.hypernet.num_conditions,) if condition is not None else ()
+    for p, v in functional.variable_paths(target).items():
+      if p in w:
+        assert tuple(w[p].shape) == lead + tuple(v.shape)
