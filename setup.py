@@ -21,7 +21,7 @@ setup(
         "pillow",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest"],
         "plots": ["matplotlib"],
     },
 )

@@ -37,8 +37,9 @@ def base_config():
   c.eval_every = 500
   c.checkpoint_every = 500
   c.checkpoint_keep = 3
-  c.distribution = "auto"      # auto | one_device | mirrored | multi_worker
-  c.jit_compile = "auto"       # auto (on for GPU, off on CPU) | True | False
+  c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
+  c.jit_compile = "auto"       # auto (on for GPU/TPU, off on CPU) | true | false
+  c.dtype_policy = "float32"   # float32 | mixed_bfloat16 | mixed_float16 (loss scaling)
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "digits"       # digits | fashion_mnist | mnist
@@ -80,6 +81,31 @@ def base_config():
   # task t relabels class y as (y + t) mod num_classes when label_shift is set.
   c.multitask = ml_collections.ConfigDict()
   c.multitask.label_shift = True
+
+  # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/meta_tasks.py).
+  # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the
+  # tasks per evaluation batch.
+  c.data.omniglot_zips = "images_background.zip"  # comma-separated, in data.data_dir
+  c.data.num_test_characters = 200  # Omniglot characters held out for meta-testing
+  c.data.split_seed = 0        # seed of the train/test character split
+  c.data.rotations = (0, 90, 180, 270)  # class augmentation (Finn et al. 2017)
+  c.data.image_size = 28
+  c.meta = ml_collections.ConfigDict()
+  c.meta.learner = "maml"      # maml | fomaml | metasgd | anil
+  c.meta.num_ways = 5          # N (few_shot)
+  c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
+  c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
+  c.meta.eval_queries = 1      # query examples per class in meta-testing
+  c.meta.inner_lr = 0.4
+  c.meta.inner_steps = 1
+  c.meta.eval_inner_steps = 0  # inner steps at meta-test time; 0: inner_steps
+  c.meta.adapt = ""            # patterns of adapted weights ("": all trainable)
+  c.meta.anil_head = "head/*"  # ANIL: the adapted head
+  c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
+  c.meta.eval_seed = 12345     # seed of those tasks
+  c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs
+  c.meta.parallel = "map_fn"   # map_fn | vectorized_map (tasks of a meta-batch)
+  c.meta.mlp_widths = (40, 40)  # sinusoid regressor (ReLU), Finn et al. 2017 Sec. 5.1
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adam"        # adam | adamw | sgd

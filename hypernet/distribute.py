@@ -1,52 +1,286 @@
-"""``tf.distribute`` strategy from the config, and who is the chief."""
+"""Scale-out with ``tf.distribute``: the strategy from the config, who is the chief, and
+the cross-replica reductions the train step needs to give the single-device answer.
+
+Data-parallel training (synchronous, Goyal et al. 2017, "Accurate, large minibatch SGD")
+splits each global batch (or meta-batch of tasks) across ``R`` replicas. It reproduces
+one device exactly when
+
+* each replica's loss is its share of the *global* mean, ``sum(local losses) / B_global``
+  (``tf.nn.compute_average_loss``), and the gradients are *summed* over replicas: per
+  example losses ``[2, 3]`` and ``[4, 5]`` on two replicas give ``(2+3+4+5)/4 = 3.5``;
+* everything computed from the gradient (its global norm, clipping, the NaN guard, loss
+  scaling's finite check) sees the summed gradient, not a replica's share;
+* non-trainable state that ``stateless_call`` returns (BatchNorm moving statistics, RNG
+  seed state) is all-reduced before it is written (:func:`all_reduce_state`), because
+  writing a ``MirroredVariable`` of aggregation ``"none"`` in replica context writes
+  each replica's own value silently and the copies drift apart;
+* metrics are ``(sum, count)`` pairs summed over replicas and divided once.
+
+Random draws are *not* meant to agree: :func:`hypernet.functional.functional_call` folds
+the replica id into Keras seed-generator states so that dropout masks differ across
+replicas (replica 0 keeps the single-device stream).
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
+import keras
 import tensorflow as tf
 
-KINDS = ("auto", "one_device", "mirrored", "multi_worker")
+KINDS = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+DTYPE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+# One strategy per kind and device set per process: two MirroredStrategy objects over the
+# same devices number their collectives from the same keys, and the second one's
+# all-reduces then fail with "Shape mismatch in the collective instance" (measured, TF
+# 2.21). A strategy can be reused by any number of Trainers.
+_STRATEGIES: Dict[tuple, tf.distribute.Strategy] = {}
+
+
+def _tf_config() -> dict:
+  try:
+    return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
+  except json.JSONDecodeError as e:
+    raise ValueError(f"TF_CONFIG is not valid JSON ({e}); it must look like "
+                     '{"cluster": {"worker": ["host:port", ...]}, '
+                     '"task": {"type": "worker", "index": 0}}.') from e
 
 
 def get_strategy(config) -> tf.distribute.Strategy:
   """Returns the strategy named by ``config.distribution``.
 
-  * ``"auto"``: MirroredStrategy over the visible GPUs if there are two or more, else the
-    default strategy on one device;
+  * ``"auto"``: ``MirroredStrategy`` over the visible GPUs if there are two or more,
+    else the default strategy (one device);
   * ``"one_device"``: ``OneDeviceStrategy`` on the first GPU, else the CPU;
-  * ``"mirrored"``: ``MirroredStrategy`` over all GPUs (or the logical CPUs when there is
-    no GPU, as in the tests);
-  * ``"multi_worker"``: ``MultiWorkerMirroredStrategy`` configured from ``TF_CONFIG``.
+  * ``"mirrored"``: ``MirroredStrategy`` over all visible GPUs (restrict them with
+    ``CUDA_VISIBLE_DEVICES``), or over the logical CPUs when there is no GPU (as in the
+    tests, which split the CPU in two);
+  * ``"multi_worker"``: ``MultiWorkerMirroredStrategy`` with the cluster and this
+    process's role read from the ``TF_CONFIG`` environment variable (each worker uses
+    its local GPUs, else its CPU). Create it before any other TensorFlow work;
+  * ``"tpu"``: ``TPUStrategy`` on the TPU named by ``$TPU_NAME`` (empty: the local TPU
+    of a TPU VM).
+
+  Args:
+    config: an experiment config (reads ``config.distribution``), or the kind itself.
+
+  Returns:
+    A ``tf.distribute.Strategy``; ``strategy.num_replicas_in_sync`` is the number of
+    replicas the global batch is split across.
 
   Raises:
-    ValueError: an unknown kind (lists the known ones).
+    ValueError: an unknown kind (lists the known ones); ``"multi_worker"`` with a
+      ``TF_CONFIG`` that is not JSON; ``"tpu"`` where no TPU can be found.
   """
-  kind = config.distribution
+  kind = config if isinstance(config, str) else config.distribution
+  if kind not in KINDS:
+    raise ValueError(f"config.distribution={kind!r} is unknown; known: {list(KINDS)}.")
+  if kind in ("multi_worker", "tpu"):  # First: they set up the runtime at start-up.
+    if kind not in _STRATEGIES:
+      _STRATEGIES[kind] = _multi_worker() if kind == "multi_worker" else _tpu()
+    return _STRATEGIES[kind]
   gpus = tf.config.list_logical_devices("GPU")
-  if kind == "auto":
-    return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+  if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
+    devices = tuple(d.name for d in gpus) or tuple(
+        d.name for d in tf.config.list_logical_devices("CPU"))
+    key = ("mirrored", devices)
+    if key not in _STRATEGIES:
+      _STRATEGIES[key] = tf.distribute.MirroredStrategy(list(devices))
+    return _STRATEGIES[key]
   if kind == "one_device":
     return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
-  if kind == "mirrored":
-    devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
-    return tf.distribute.MirroredStrategy(devices)
-  if kind == "multi_worker":
-    return tf.distribute.MultiWorkerMirroredStrategy()
-  raise ValueError(f"config.distribution={kind!r} is unknown; known: {list(KINDS)}.")
+  return tf.distribute.get_strategy()
+
+
+def _multi_worker() -> tf.distribute.Strategy:
+  _tf_config()  # A clear error for malformed JSON.
+  return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _tpu() -> tf.distribute.Strategy:
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=os.environ.get("TPU_NAME", ""))
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except (ValueError, RuntimeError, tf.errors.OpError) as e:
+    raise ValueError("config.distribution='tpu' but no TPU was found (set $TPU_NAME, or "
+                     f"use 'auto'/'mirrored'): {e}") from e
+  return tf.distribute.TPUStrategy(resolver)
+
+
+def task_info(strategy: tf.distribute.Strategy) -> Tuple[Optional[str], int]:
+  """``(task type, task index)`` of this process in its cluster; ``(None, 0)`` alone."""
+  resolver = strategy.cluster_resolver
+  if resolver is not None and resolver.task_type is not None:
+    return resolver.task_type, int(resolver.task_id or 0)
+  task = _tf_config().get("task", {})
+  return task.get("type"), int(task.get("index", 0))
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-  """True unless this process is a non-chief worker of a multi-worker cluster."""
-  resolver = getattr(strategy.extended, "_cluster_resolver", None)
-  if resolver is None:
-    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-    task = tf_config.get("task", {})
-  else:
-    task = {"type": resolver.task_type, "index": resolver.task_id}
-  if not task or task.get("type") is None:
+  """True unless this process is a non-chief worker of a multi-worker cluster.
+
+  The chief is the ``"chief"`` task if the cluster has one, else ``worker`` 0 (the
+  ``tf.distribute`` convention); a process outside any cluster is its own chief.
+  """
+  task_type, task_id = task_info(strategy)
+  if task_type is None or task_type == "chief":
     return True
-  if task["type"] == "chief":
-    return True
-  has_chief = "chief" in json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-  return task["type"] == "worker" and task.get("index", 0) == 0 and not has_chief
+  resolver = strategy.cluster_resolver
+  cluster = (resolver.cluster_spec().as_dict() if resolver is not None
+             else _tf_config().get("cluster", {}))
+  return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def write_dir(workdir: str, strategy: tf.distribute.Strategy) -> str:
+  """Where this process writes checkpoints: ``workdir`` on the chief, else a fresh
+  temporary folder (``$TMPDIR/hypernet-<type><index>-*``).
+
+  Under ``MultiWorkerMirroredStrategy`` every worker must take part in a checkpoint save
+  (reading distributed variables may need collectives), but only the chief's copy is
+  kept; remove the others with :func:`remove_write_dir` when done.
+  """
+  if is_chief(strategy):
+    return workdir
+  task_type, task_id = task_info(strategy)
+  return tempfile.mkdtemp(prefix=f"hypernet-{task_type}{task_id}-")
+
+
+def remove_write_dir(path: str, workdir: str) -> None:
+  """Deletes a non-chief's temporary folder from :func:`write_dir` (never ``workdir``)."""
+  if os.path.abspath(path) != os.path.abspath(workdir) and tf.io.gfile.exists(path):
+    tf.io.gfile.rmtree(path)
+
+
+# -- inside the replica step ---------------------------------------------------------
+
+def _replica_context() -> Optional[tf.distribute.ReplicaContext]:
+  ctx = tf.distribute.get_replica_context()
+  if ctx is None:
+    raise RuntimeError("Call this inside strategy.run (replica context), not in "
+                       "cross-replica context.")
+  return ctx
+
+
+def all_reduce_sum(values):
+  """Sums a nested structure of tensors over all replicas (identity on one replica).
+
+  Call inside ``strategy.run``. Returns the same structure; every replica gets the sum.
+  """
+  ctx = _replica_context()
+  if ctx.num_replicas_in_sync == 1:
+    return values
+  return ctx.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """Makes the non-trainable state returned by ``stateless_call`` agree across replicas.
+
+  Floating state (BatchNorm moving mean/variance) becomes its mean over replicas; other
+  state (integer RNG seed states) becomes replica 0's value, broadcast by a sum in which
+  the other replicas contribute zeros. The moving mean then equals the single-device
+  value (it is linear in the batch mean and replicas hold equal shares of the batch);
+  the moving variance is the mean of the per-replica batch variances, which is what
+  per-replica BatchNorm normalises with (``BatchNormalization(synchronized=True)`` uses
+  global batch statistics instead).
+
+  Args:
+    state: ``{path: tensor}`` from :func:`hypernet.functional.functional_call` with
+      ``return_state=True``, as computed on this replica.
+
+  Returns:
+    ``{path: tensor}``, identical on every replica. Call inside ``strategy.run``.
+  """
+  ctx = _replica_context()
+  state = dict(state or {})
+  if ctx.num_replicas_in_sync == 1 or not state:
+    return state
+  floats = {k: v for k, v in state.items() if v.dtype.is_floating}
+  others = {k: v for k, v in state.items() if k not in floats}
+  out = {}
+  if floats:
+    out.update(ctx.all_reduce(tf.distribute.ReduceOp.MEAN, floats))
+  if others:
+    first = tf.equal(ctx.replica_id_in_sync_group, 0)
+    masked = {k: tf.where(first, v, tf.zeros_like(v)) for k, v in others.items()}
+    out.update(ctx.all_reduce(tf.distribute.ReduceOp.SUM, masked))
+  return {k: out[k] for k in state}
+
+
+def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+  """Makes ``optimizer.apply`` take gradients that are already summed over replicas.
+
+  A Keras 3 optimizer on the TensorFlow backend sums the gradients over replicas inside
+  ``apply`` (replica context), *after* its ``global_clipnorm`` clipping: under two
+  replicas it clips each replica's share (measured: SGD(lr=1, global_clipnorm=1) on
+  shares -1.5 and -3.5 of the gradient -5 moves the weight by 2, not 1), and the caller
+  never sees the applied gradient, so neither the global norm nor a NaN check can be
+  computed on it. The train step therefore sums the gradients itself
+  (:func:`all_reduce_sum`) and hands the sum to an optimizer whose own sum is switched
+  off here; clipping, loss scaling's finite check and the update then all see the
+  summed gradient. For a ``LossScaleOptimizer`` the inner optimizer is switched.
+
+  Returns:
+    ``optimizer`` (modified in place).
+
+  Raises:
+    RuntimeError: this Keras version has no per-replica gradient sum where expected
+      (the installed Keras changed; the test suite's exact two-replica gradient tests
+      show whether it still sums).
+  """
+  inner = getattr(optimizer, "inner_optimizer", optimizer)
+  if not callable(getattr(type(inner), "_all_reduce_sum_gradients", None)):
+    raise RuntimeError(
+        f"{type(inner).__name__} has no _all_reduce_sum_gradients: this Keras version "
+        f"({keras.__version__}) sums gradients differently; update "
+        "hypernet.distribute.apply_reduced_gradients.")
+  inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+  return optimizer
+
+
+# -- precision -------------------------------------------------------------------------
+
+def check_dtype_policy(name: str) -> str:
+  """Returns ``name`` if it is a supported Keras dtype policy.
+
+  Raises:
+    ValueError: naming ``config.dtype_policy`` and the supported policies.
+  """
+  if name not in DTYPE_POLICIES:
+    raise ValueError(f"config.dtype_policy={name!r} is unsupported; use one of "
+                     f"{list(DTYPE_POLICIES)}.")
+  return name
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str) -> Iterator[None]:
+  """Sets Keras's global dtype policy to ``name`` while models are built, then restores it.
+
+  Under ``"mixed_bfloat16"`` / ``"mixed_float16"`` layers keep float32 variables and
+  compute in bfloat16 / float16 (Micikevicius et al. 2018, "Mixed precision training").
+  Weights passed to :func:`hypernet.functional.functional_call` must still have the
+  variables' dtype (float32); layers cast them to the compute dtype as they read them.
+  float16 needs loss scaling (``keras.optimizers.LossScaleOptimizer``); bfloat16 does not.
+
+  Raises:
+    ValueError: an unsupported policy (see :func:`check_dtype_policy`).
+  """
+  check_dtype_policy(name)
+  old = keras.config.dtype_policy()
+  keras.config.set_dtype_policy(name)
+  try:
+    yield
+  finally:
+    keras.config.set_dtype_policy(old)
+
+
+def local_values(strategy: tf.distribute.Strategy, value) -> List[tf.Tensor]:
+  """Each local replica's copy of a distributed value or variable (tests, debugging)."""
+  if isinstance(value, keras.Variable):
+    value = value.value
+  return [tf.convert_to_tensor(v) for v in strategy.experimental_local_results(value)]

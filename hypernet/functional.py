@@ -148,6 +148,30 @@ def _check_value(path: str, variable, value, batched: bool = False) -> tf.Tensor
   return value
 
 
+# Added to a seed state's first element for replica r (times r): a large odd constant,
+# so the streams of different replicas come from unrelated seeds.
+REPLICA_SEED_STRIDE = 0x9E3779B1
+
+
+def _replica_seed(path: str, variable):
+  """A Keras seed-generator state with the ``tf.distribute`` replica id folded in.
+
+  Inside ``strategy.run`` with more than one replica, replica ``r`` draws from seed state
+  ``[s + r * REPLICA_SEED_STRIDE, c]`` instead of ``[s, c]``, so dropout masks differ
+  across replicas; replica 0 (and any single-device call) keeps ``[s, c]`` unchanged.
+  Other variables are returned as they are.
+  """
+  if not path.endswith("seed_generator_state"):
+    return variable
+  ctx = tf.distribute.get_replica_context()
+  if ctx is None or ctx.num_replicas_in_sync == 1:
+    return variable
+  value = tf.convert_to_tensor(variable)
+  stride = REPLICA_SEED_STRIDE if value.dtype.size == 8 else REPLICA_SEED_STRIDE % 2**31
+  offset = tf.cast(ctx.replica_id_in_sync_group, value.dtype) * tf.constant(stride, value.dtype)
+  return value + tf.stack([offset, tf.zeros_like(offset)])
+
+
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
                     state: Optional[Weights] = None, strict: bool = True,
@@ -167,7 +191,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       variable's exact shape and dtype. Paths as in :func:`variable_paths`. ``None`` or
       ``{}`` runs the model on its own variables.
     *args: the model's inputs, e.g. a float32 batch of shape ``[B, H, W, C]``.
-    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout).
+    training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout);
+      not passed to a subclassed model whose ``call`` takes no ``training`` argument.
     return_state: also return the updated non-trainable state.
     state: ``{path: tensor}`` for non-trainable variables (e.g. BatchNorm moving
       statistics fed back from a previous call); merged with ``weights``.
@@ -185,6 +210,12 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     ``new_state`` is ``{path: tensor}`` over all non-trainable variables (moving mean and
     variance after this batch in training mode, unchanged values in inference mode). Apply
     it with :func:`assign_state` or feed it back through ``state=``.
+
+    Inside ``tf.distribute`` ``strategy.run`` with several replicas, seed-generator states
+    not given in ``state`` are read with the replica id folded in (see
+    :func:`_replica_seed`), so dropout masks differ across replicas; replica 0's
+    returned state is the single-device one (``hypernet.distribute.all_reduce_state``
+    broadcasts it).
 
   Raises:
     ValueError: the model is not built; a path names no variable of the model (the
@@ -205,8 +236,9 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
           f"Unknown weight path(s) {unknown} for model {model.name!r}. Known paths: "
           f"{list(trainable) + list(non_trainable)}")
   tv = [_check_value(p, v, given[p]) if p in given else v for p, v in trainable.items()]
-  ntv = [_check_value(p, v, given[p]) if p in given else v for p, v in non_trainable.items()]
-  if training is not None:
+  ntv = [_check_value(p, v, given[p]) if p in given else _replica_seed(p, v)
+         for p, v in non_trainable.items()]
+  if training is not None and getattr(model, "_call_has_training_arg", True):
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()):

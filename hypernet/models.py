@@ -16,7 +16,7 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
              conv_widths: Sequence[int] = (32, 64), kernel_size: int = 3,
              pool: str = "max", dense_widths: Sequence[int] = (128,),
              batch_norm: bool = False, dropout: float = 0.0,
-             name: str = "cnn") -> keras.Model:
+             dtype=None, name: str = "cnn") -> keras.Model:
   """A configurable base CNN: ``[conv -> (BN) -> ReLU -> pool] * L -> dense* -> head``.
 
   Args:
@@ -29,6 +29,8 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
     dense_widths: widths of the hidden dense layers (``dense1``, ...) before the head.
     batch_norm: add a BatchNormalization layer (``bn1``, ...) after each conv.
     dropout: dropout rate before the head (0 disables it).
+    dtype: Keras dtype policy of every layer (``None``: the global policy; ``"float64"``
+      for finite-difference checks).
     name: model name.
 
   Returns:
@@ -48,23 +50,24 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
     raise ValueError(
         f"{len(conv_widths)} conv+pool stages shrink a {h}x{w} input below 1 pixel; use at "
         f"most {max(min(h, w).bit_length() - 1, 0)} conv layers or pool='none'.")
-  layers = [keras.Input(tuple(input_shape))]
+  kw = {"dtype": dtype} if dtype is not None else {}
+  layers = [keras.Input(tuple(input_shape), dtype=dtype)]
   for i, width in enumerate(conv_widths, start=1):
     layers.append(keras.layers.Conv2D(int(width), kernel_size, padding="same",
-                                      use_bias=not batch_norm, name=f"conv{i}"))
+                                      use_bias=not batch_norm, name=f"conv{i}", **kw))
     if batch_norm:
-      layers.append(keras.layers.BatchNormalization(name=f"bn{i}"))
-    layers.append(keras.layers.ReLU(name=f"relu{i}"))
+      layers.append(keras.layers.BatchNormalization(name=f"bn{i}", **kw))
+    layers.append(keras.layers.ReLU(name=f"relu{i}", **kw))
     if pool == "max":
-      layers.append(keras.layers.MaxPooling2D(2, name=f"pool{i}"))
+      layers.append(keras.layers.MaxPooling2D(2, name=f"pool{i}", **kw))
     elif pool == "avg":
-      layers.append(keras.layers.AveragePooling2D(2, name=f"pool{i}"))
-  layers.append(keras.layers.Flatten(name="flatten"))
+      layers.append(keras.layers.AveragePooling2D(2, name=f"pool{i}", **kw))
+  layers.append(keras.layers.Flatten(name="flatten", **kw))
   for i, width in enumerate(dense_widths, start=1):
-    layers.append(keras.layers.Dense(int(width), activation="relu", name=f"dense{i}"))
+    layers.append(keras.layers.Dense(int(width), activation="relu", name=f"dense{i}", **kw))
   if dropout:
-    layers.append(keras.layers.Dropout(dropout, name="dropout"))
-  layers.append(keras.layers.Dense(num_classes, name="head"))
+    layers.append(keras.layers.Dropout(dropout, name="dropout", **kw))
+  layers.append(keras.layers.Dense(num_classes, name="head", **kw))
   return keras.Sequential(layers, name=name)
 
 

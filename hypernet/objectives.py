@@ -63,6 +63,45 @@ def regression(predictions: tf.Tensor, targets: tf.Tensor,
   return per_example, {"loss": (tf.reduce_sum(per_example), count)}
 
 
+CI95_Z = 1.959963984540054  # the 97.5% quantile of the standard normal
+
+
+def mean_and_ci95(total: float, total_sq: float, count: float) -> Tuple[float, float]:
+  """Mean and half-width of its normal 95% confidence interval from running sums.
+
+  ``mean = total / n``; ``ci95 = z * s / sqrt(n)`` with ``s`` the sample standard
+  deviation (``n - 1`` in the denominator) and ``z = 1.96`` (the 97.5% normal quantile),
+  the interval few-shot papers report over meta-test episodes (e.g. Finn et al. 2017,
+  Table 1: mean accuracy +- 95% CI over 600 episodes).
+
+  Args:
+    total: sum of the per-episode values ``x_i``.
+    total_sq: sum of their squares ``x_i ** 2``.
+    count: ``n``, the number of values (a float, as metric counts are).
+
+  Returns:
+    ``(mean, ci95)`` floats; ``ci95`` is ``nan`` for ``n < 2``.
+  """
+  n = float(count)
+  mean = float(total) / max(n, 1e-12)
+  if n < 2:
+    return mean, float("nan")
+  var = max(float(total_sq) - n * mean * mean, 0.0) / (n - 1.0)
+  return mean, CI95_Z * (var / n) ** 0.5
+
+
 def finalize(sums: Dict[str, Tuple[float, float]]) -> Dict[str, float]:
-  """``{name: (sum, count)}`` (numbers or tensors) -> ``{name: sum / count}`` floats."""
-  return {k: float(s) / max(float(c), 1e-12) for k, (s, c) in sums.items()}
+  """``{name: (sum, count)}`` (numbers or tensors) -> ``{name: sum / count}`` floats.
+
+  A metric ``name`` with a companion ``name + "_sq"`` (the sum of squares of the same
+  per-item values, same count) gets ``name + "_ci95"``, the half-width of its 95%
+  confidence interval (:func:`mean_and_ci95`), in place of the ``_sq`` entry.
+  """
+  out = {}
+  for k, (s, c) in sums.items():
+    if k.endswith("_sq") and k[:-3] in sums:
+      base_sum, base_count = sums[k[:-3]]
+      out[k[:-3] + "_ci95"] = mean_and_ci95(float(base_sum), float(s), float(base_count))[1]
+    else:
+      out[k] = float(s) / max(float(c), 1e-12)
+  return out

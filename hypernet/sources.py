@@ -58,8 +58,13 @@ class WeightSource:
     return list(self.own_variables) + self.direct_target_variables
 
   def trackables(self) -> Dict[str, object]:
-    """Objects to checkpoint, by name."""
-    return {"target": self.target}
+    """Objects to checkpoint, by name.
+
+    ``target_state`` lists the target's non-trainable variables explicitly: Keras 3 seed
+    generators (dropout RNG state) are not tracked by ``tf.train.Checkpoint`` through the
+    model, and a resumed run must continue their random stream.
+    """
+    return {"target": self.target, "target_state": list(self.target.non_trainable_variables)}
 
   def parameter_counts(self) -> Dict[str, int]:
     """``trainable`` (optimised scalars), ``generated`` (scalars this source produces),
@@ -139,7 +144,7 @@ class HypernetworkSource(WeightSource):
     return list(self.hypernetwork.trainable_variables)
 
   def trackables(self):
-    return {"target": self.target, "hypernetwork": self.hypernetwork}
+    return dict(super().trackables(), hypernetwork=self.hypernetwork)
 
 
 KINDS = ("none", "mlp", "chunked", "static")
@@ -156,14 +161,15 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
     target_spec: ``{path: tf.TensorSpec}`` of the weights to generate.
     target_values: ``{path: array}`` initial target values (init statistics).
     seed: initialiser seed.
-    dtype: the hypernetwork's dtype; ``None`` follows the spec (``float64`` targets get
-      a ``float64`` hypernetwork).
+    dtype: the hypernetwork's Keras dtype policy; ``None``: ``"float64"`` for a float64
+      target (finite-difference checks), else the global policy (``config.dtype_policy``,
+      e.g. mixed_bfloat16).
 
   Raises:
     ValueError: an unknown kind (lists the known ones), or a kind's own errors.
   """
-  if dtype is None:
-    dtype = next(iter(target_spec.values())).dtype.name
+  if dtype is None and next(iter(target_spec.values())).dtype == tf.float64:
+    dtype = "float64"
   common = dict(target_values=target_values, init=hc.init, num_conditions=hc.num_conditions,
                 condition_dim=hc.condition_dim if hc.num_conditions else 0,
                 seed=seed, dtype=dtype)

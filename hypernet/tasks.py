@@ -30,11 +30,16 @@ class ClassificationTask:
 
   Batches are ``{"image": float32 [B, H, W, C], "label": int32 [B]}`` (eval batches add
   ``"weight"``, float32 [B], 0 for padding).
+
+  Args:
+    config: the experiment config.
+    data: an :class:`~hypernet.data.base.ImageClassificationData` to use instead of
+      loading ``config.data`` (benchmarks, tests).
   """
 
-  def __init__(self, config):
+  def __init__(self, config, data=None):
     self.config = config
-    self.data = data_lib.load_classification(config.data)
+    self.data = data if data is not None else data_lib.load_classification(config.data)
     self.target = models.make_target(config.model, self.data.image_shape, self.data.num_classes)
     self.source = sources.build_weight_source(config, self.target)
 
@@ -165,5 +170,8 @@ def build_task(config):
     return ClassificationTask(config)
   if config.task == "multitask_classification":
     return MultiTaskClassificationTask(config)
-  raise ValueError(f"config.task={config.task!r} is unknown; known: ['classification', "
-                   "'multitask_classification'].")
+  from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+  if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
+    return meta_tasks.MetaLearningTask(config)
+  raise ValueError(f"config.task={config.task!r} is unknown; known: "
+                   f"{['classification', 'multitask_classification'] + list(meta_tasks.TASKS)}.")

@@ -4,7 +4,14 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
 (:mod:`hypernet.tasks`) run by this loop:
 
 * models, optimiser and step are built under a ``tf.distribute`` strategy scope (the
-  default strategy on one device), so multi-device training needs no other loop;
+  default strategy on one device; ``config.distribution`` picks another, see
+  :mod:`hypernet.distribute`), so multi-device and multi-worker training need no other
+  loop: the gradients are summed over replicas *before* anything reads them (global
+  norm, clipping, NaN guard, loss scaling), and returned state is all-reduced before it
+  is written, so R replicas follow the single-device trajectory;
+* ``config.jit_compile`` compiles the forward and backward pass with XLA, and
+  ``config.dtype_policy`` switches on mixed precision (``mixed_float16`` adds dynamic
+  loss scaling);
 * steps run in chunks inside one ``tf.function`` (a ``tf.range`` loop over a distributed
   iterator): no Python work per step, one trace per run;
 * every ``log_every`` steps: console progress and TensorBoard scalars (loss, accuracy,
@@ -71,67 +78,113 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras
 
 
 def _use_jit(config) -> bool:
-  if config.jit_compile == "auto":
-    return bool(tf.config.list_logical_devices("GPU"))
-  if isinstance(config.jit_compile, bool):
-    return config.jit_compile
-  raise ValueError(f"config.jit_compile must be 'auto', True or False, got {config.jit_compile!r}.")
+  """``config.jit_compile``: ``"auto"`` (XLA on GPU/TPU only), True/False, or the strings
+  ``"true"``/``"false"`` (the field is a string, so ``--config.jit_compile=true``)."""
+  value = config.jit_compile
+  if isinstance(value, str) and value.lower() in ("true", "false"):
+    value = value.lower() == "true"
+  if value == "auto":
+    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+  if isinstance(value, bool):
+    return value
+  raise ValueError(f"config.jit_compile must be 'auto', 'true' or 'false', got {value!r}.")
 
 
 class Trainer:
   """Holds the built task, optimiser, checkpoint and compiled step functions."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+               build_task=tasks.build_task):
+    """Builds everything under ``config.distribution``'s strategy.
+
+    Args:
+      config: the experiment config.
+      workdir: the output folder (checkpoints under ``workdir/checkpoints`` on the
+        chief; non-chief workers write theirs to a temporary folder).
+      build_task: ``config -> task``, called inside the strategy scope (tests pass small
+        analytic tasks here).
+    """
     self.config = config
     self.workdir = workdir
     self.strategy = distribute.get_strategy(config)
     self.num_replicas = self.strategy.num_replicas_in_sync
+    self.is_chief = distribute.is_chief(self.strategy)
     keras.utils.set_random_seed(config.seed)
-    with self.strategy.scope():
-      self.task = tasks.build_task(config)
+    policy = config.dtype_policy
+    with distribute.dtype_policy(policy), self.strategy.scope():
+      self.task = build_task(config)
       self.variables = list(self.task.trainable_variables)
       if not self.variables:
         raise ValueError("The task has no trainable variables: everything is frozen "
                          "(check config.hypernet.train_rest and the generated patterns).")
       self.optimizer = make_optimizer(config.optim, config.num_steps)
+      if policy == "mixed_float16":
+        self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+      distribute.apply_reduced_gradients(self.optimizer)
       self.optimizer.build(self.variables)
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
     self.checkpoint = tf.train.Checkpoint(step=self.step, optimizer=self.optimizer,
                                           **self.task.trackables())
+    self.write_dir = distribute.write_dir(workdir, self.strategy)
     self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(workdir, "checkpoints"),
-        max_to_keep=config.checkpoint_keep)
+        self.checkpoint, os.path.join(self.write_dir, "checkpoints"),
+        max_to_keep=config.checkpoint_keep if self.is_chief else 1)
     self.jit = _use_jit(config)
     self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
     self._train_steps = tf.function(self._train_steps_fn)
     self._eval_step = tf.function(self._eval_step_fn)
-    self._replica_step = tf.function(self._replica_step_fn, jit_compile=self.jit) \
-        if self.jit else self._replica_step_fn
+    # XLA compiles the forward and backward pass only: the cross-replica sums and the
+    # optimiser update (a merge_call on CPU devices) stay outside the XLA cluster.
+    self._gradients = tf.function(self._gradients_fn, jit_compile=True) \
+        if self.jit else self._gradients_fn
 
   # -- the compiled step ------------------------------------------------------------
-  def _replica_step_fn(self, batch):
-    global_batch = self.config.batch_size
+  def _gradients_fn(self, batch):
+    """This replica's loss share, metric sums, new state and (scaled) gradients."""
     with tf.GradientTape() as tape:
-      loss, sums, state = self.task.train_loss(batch, global_batch)
-    grads = tape.gradient(loss, self.variables)
-    missing = [v.path for g, v in zip(grads, self.variables) if g is None]
+      loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
+      scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+    grads = tape.gradient(scaled, self.variables)
+    missing = [getattr(v, "path", v.name) for g, v in zip(grads, self.variables) if g is None]
     if missing:
       raise ValueError(f"No gradient reaches {missing}: they do not affect the loss. Freeze "
                        "them or remove them from the trained weights.")
-    grad_sq = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
-    nonfinite = 1.0 - tf.cast(tf.math.is_finite(loss) & tf.math.is_finite(grad_sq), tf.float32)
+    return loss, sums, state, grads
+
+  def _replica_step_fn(self, batch):
+    """One step on this replica's share of the global batch.
+
+    Returns ``(metric sums, nonfinite)``: sums ``{name: (sum, count)}`` to be summed
+    over replicas, including ``grad_norm``, the global norm of the gradient summed over
+    replicas (before clipping), counted once per step; ``nonfinite`` is 1.0 when the
+    global loss or that gradient is NaN/inf, the same value on every replica.
+    """
+    loss, sums, state, grads = self._gradients(batch)
+    # The applied gradient: the sum of the replicas' shares of the global-mean loss.
+    grads, loss = distribute.all_reduce_sum((grads, loss))
+    grad_norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads])
+    if self.loss_scaling:  # Overflowing scaled gradients are skipped, not fatal.
+      grad_norm = grad_norm / tf.cast(self.optimizer.dynamic_scale, tf.float32)
+      finite = tf.math.is_finite(loss)
+      counted = tf.cast(tf.math.is_finite(grad_norm), tf.float32)
+      grad_norm = tf.where(counted > 0, grad_norm, 0.0)
+    else:
+      finite = tf.math.is_finite(loss) & tf.math.is_finite(grad_norm)
+      counted = tf.constant(1.0)
     self.optimizer.apply(grads, self.variables)
-    self.task.apply_state(state)
+    self.task.apply_state(distribute.all_reduce_state(state))
     sums = dict(sums)
-    sums["grad_norm"] = (tf.sqrt(grad_sq), tf.constant(1.0 / self.num_replicas))
-    return sums, nonfinite
+    share = counted / self.num_replicas
+    sums["grad_norm"] = (grad_norm * share, share)
+    return sums, 1.0 - tf.cast(finite, tf.float32)
 
   def _train_steps_fn(self, iterator, num_steps):
     zero = tf.constant(0.0)
     totals = {k: (zero, zero) for k in self.metric_names + ["grad_norm"]}
     first_bad = tf.constant(-1, tf.int64)
     for i in tf.range(num_steps):
-      sums, nonfinite = self.strategy.run(self._replica_step, args=(next(iterator),))
+      sums, nonfinite = self.strategy.run(self._replica_step_fn, args=(next(iterator),))
       reduce = lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None)
       sums = tf.nest.map_structure(reduce, sums)
       nonfinite = self.strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None)
@@ -147,12 +200,26 @@ class Trainer:
 
   # -- public -----------------------------------------------------------------------
   def restore(self) -> int:
-    """Restores the latest checkpoint if there is one; returns the step to start at."""
-    latest = self.manager.latest_checkpoint
+    """Restores the latest checkpoint if there is one; returns the step to start at.
+
+    Every worker restores the chief's latest checkpoint (``workdir/checkpoints``), also
+    non-chief workers, whose own saves go to a temporary folder.
+    """
+    latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
-      logging.info("Resumed from %s at step %d.", latest, int(self.step))
-    return int(self.step)
+      # A constant learning rate is a checkpointed variable; the config of the resumed
+      # run wins (schedules are recomputed from the restored iteration count anyway).
+      optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
+      if not isinstance(optimizer._learning_rate,  # pylint: disable=protected-access
+                        keras.optimizers.schedules.LearningRateSchedule):
+        optimizer.learning_rate = self.config.optim.lr
+      logging.info("Resumed from %s at step %d.", latest, self.current_step())
+    return self.current_step()
+
+  def current_step(self) -> int:
+    """The global step as a Python int (also for a mirrored step variable)."""
+    return int(self.step.read_value())
 
   def train_iterator(self, start_step: int):
     seed = self.config.seed
@@ -174,6 +241,10 @@ class Trainer:
 
   def learning_rate(self) -> float:
     return float(self.optimizer.learning_rate)
+
+  def close(self) -> None:
+    """Removes a non-chief worker's temporary checkpoint folder."""
+    distribute.remove_write_dir(self.write_dir, self.workdir)
 
 
 def _next_event(step: int, every: int, end: int) -> int:
@@ -199,7 +270,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   config_lib.validate(config)
   tf.io.gfile.makedirs(workdir)
   trainer = Trainer(config, workdir)
-  is_chief = distribute.is_chief(trainer.strategy)
+  is_chief = trainer.is_chief
   writer = summaries.Writer(workdir, enabled=is_chief)
   start = trainer.restore()
   counts = trainer.task.describe() if hasattr(trainer.task, "describe") else {}
@@ -207,8 +278,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     writer.config(config)
     writer.scalars(0, {f"params/{k}": v for k, v in counts.items()}, "train")
   logging.info("Parameters: %s", counts)
-  with tf.io.gfile.GFile(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
+  if is_chief:
+    with tf.io.gfile.GFile(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2))
 
   total = config.num_steps
   iterator = trainer.train_iterator(start)
@@ -248,6 +320,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   if not eval_metrics:  # Resumed a finished run: evaluate what was restored.
     eval_metrics = trainer.evaluate()
   writer.flush()
+  trainer.close()
   result = dict(eval_metrics)
   result.update(step=step, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})

@@ -143,8 +143,8 @@ def bn_source(model):
   spec = functional.weight_spec(model, "bn/gamma,bn/beta")
   values = {p: v.numpy() for p, v in functional.variable_paths(model).items() if p in spec}
   hnet = MLPHypernetwork(spec, target_values=values, embedding_dim=2, hidden=(4,))
-  for head in hnet.heads:  # W = gain * (H h + b) + mean with H = b = 0: gamma 1, beta 0.
-    head.kernel.assign(tf.zeros_like(head.kernel))
+  # W = gain * (H h + b) + mean with H = b = 0: gamma 1, beta 0.
+  hnet.head.kernel.assign(tf.zeros_like(hnet.head.kernel))
   return sources.HypernetworkSource(model, hnet), hnet
 
 
@@ -184,11 +184,13 @@ def test_batchnorm_gradient_reaches_hypernetwork_exactly():
   x = tf.constant([[2.0], [2.0]])
   with tf.GradientTape() as tape:
     loss = tf.reduce_sum(functional.functional_call(model, source.weights(), x))
-  g_gamma_bias, g_beta_bias = tape.gradient(loss, [h.bias for h in hnet.heads])
-  gain_gamma, gain_beta = hnet._gains  # pylint: disable=protected-access
+  g_bias = tape.gradient(loss, hnet.head.bias).numpy()
+  g_gamma_bias = g_bias[hnet.head_columns("bn/gamma")]
+  g_beta_bias = g_bias[hnet.head_columns("bn/beta")]
+  gain_gamma, gain_beta = hnet._gain.numpy()  # pylint: disable=protected-access
   # d loss / d gamma = sum_i x_i / sqrt(1.001); d loss / d beta = 2; times each gain.
-  np.testing.assert_allclose(g_gamma_bias.numpy(), [gain_gamma * 4 / np.sqrt(1.001)], rtol=1e-6)
-  np.testing.assert_allclose(g_beta_bias.numpy(), [gain_beta * 2.0], rtol=1e-6)
+  np.testing.assert_allclose(g_gamma_bias, [gain_gamma * 4 / np.sqrt(1.001)], rtol=1e-6)
+  np.testing.assert_allclose(g_beta_bias, [gain_beta * 2.0], rtol=1e-6)
 
 
 def test_batchnorm_state_per_weight_set():

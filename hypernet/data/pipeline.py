@@ -34,7 +34,15 @@ def _replica_layout(global_batch_size: int, input_context) -> tuple:
   return global_batch_size // n, local, input_context.input_pipeline_id * local
 
 
-def random_shift(images: tf.Tensor, max_shift: int, seed: tf.Tensor) -> tf.Tensor:
+def _rows(draw, b, first, total):
+  """Rows ``first .. first + b - 1`` of a draw for ``total`` images (default: ``b``)."""
+  if total is None:
+    return draw([b])
+  return draw([total])[first:first + b]
+
+
+def random_shift(images: tf.Tensor, max_shift: int, seed: tf.Tensor, first: int = 0,
+                 total=None) -> tf.Tensor:
   """Translates each image by an integer offset in ``[-max_shift, max_shift]`` per axis.
 
   Vacated pixels are 0. Stateless: the offsets are a function of ``seed`` (int64 [2]).
@@ -43,22 +51,28 @@ def random_shift(images: tf.Tensor, max_shift: int, seed: tf.Tensor) -> tf.Tenso
     images: ``[B, H, W, C]`` float32.
     max_shift: largest shift in pixels (0 returns ``images``).
     seed: the stateless seed, shape ``[2]``.
+    first, total: ``images`` are rows ``first ..`` of a batch of ``total`` images (a
+      replica's slice of the global batch): the offsets are drawn for all ``total`` and
+      sliced, so each image's shift does not depend on how the batch was split.
   """
   if max_shift <= 0:
     return images
   b, h, w = tf.shape(images)[0], images.shape[1], images.shape[2]
   p = max_shift
   padded = tf.pad(images, [[0, 0], [p, p], [p, p], [0, 0]])
-  offsets = tf.random.stateless_uniform([b, 2], seed, 0, 2 * p + 1, dtype=tf.int32)
+  offsets = _rows(lambda n: tf.random.stateless_uniform(n + [2], seed, 0, 2 * p + 1,
+                                                        dtype=tf.int32), b, first, total)
   rows = offsets[:, :1] + tf.range(h)[None]
   cols = offsets[:, 1:] + tf.range(w)[None]
   out = tf.gather(padded, rows, axis=1, batch_dims=1)
   return tf.gather(out, cols, axis=2, batch_dims=1)
 
 
-def random_flip(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-  """Flips each image left-right with probability 1/2 (stateless, ``seed`` int64 [2])."""
-  flip = tf.random.stateless_uniform([tf.shape(images)[0], 1, 1, 1], seed) < 0.5
+def random_flip(images: tf.Tensor, seed: tf.Tensor, first: int = 0, total=None) -> tf.Tensor:
+  """Flips each image left-right with probability 1/2 (stateless, ``seed`` int64 [2]);
+  ``first``, ``total`` as in :func:`random_shift`."""
+  flip = _rows(lambda n: tf.random.stateless_uniform(n + [1, 1, 1], seed),
+               tf.shape(images)[0], first, total) < 0.5
   return tf.where(flip, tf.reverse(images, [2]), images)
 
 
@@ -105,10 +119,13 @@ def train_dataset(data: ImageClassificationData, global_batch_size: int, seed: i
   def load(k):
     idx = indices(k)
     x = tf.cast(tf.gather(images, idx), tf.float32) * scale
-    aug_seed = tf.stack([tf.constant(seed, tf.int64) + 1_000_003, k])
-    x = random_shift(x, augment_shift, aug_seed)
+    # Augmentation is drawn per global step for the whole global batch and sliced, so
+    # that it does not depend on the number of replicas.
+    step, first = k // local, tf.cast((first_slot + k % local) * batch, tf.int32)
+    aug_seed = tf.stack([tf.constant(seed, tf.int64) + 1_000_003, step])
+    x = random_shift(x, augment_shift, aug_seed, first, global_batch_size)
     if augment_flip:
-      x = random_flip(x, aug_seed + 1)
+      x = random_flip(x, aug_seed + 1, first, global_batch_size)
     return {"image": x, "label": tf.gather(labels, idx)}
 
   stop = np.iinfo(np.int64).max // local if num_steps is None else start_step + num_steps

@@ -20,7 +20,7 @@ generated tensor then has a leading axis ``S`` (run the target on them with
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -37,9 +37,9 @@ class Hypernetwork(keras.Model):
     condition_dim: dimension of a condition embedding / given condition vector (0:
       unconditional; must be > 0 when ``num_conditions > 0``).
     seed: seed of the condition-embedding initialiser.
-    dtype: dtype of the hypernetwork's parameters and computation (``"float32"``;
-      ``"float64"`` for finite-difference checks). Generated tensors are cast to the
-      spec's dtypes.
+    dtype: Keras dtype policy of the hypernetwork (``None``: the global policy, float32
+      by default; ``"float64"`` for finite-difference checks; ``"mixed_bfloat16"``).
+      Generated tensors are cast to the spec's dtypes.
     name: Keras model name.
 
   Attributes:
@@ -51,7 +51,7 @@ class Hypernetwork(keras.Model):
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *, num_conditions: int = 0,
-               condition_dim: int = 0, seed: int = 0, dtype="float32",
+               condition_dim: int = 0, seed: int = 0, dtype=None,
                name: str = "hypernetwork"):
     super().__init__(name=name, dtype=dtype)
     if not target_spec:
@@ -195,6 +195,36 @@ class Hypernetwork(keras.Model):
   def compression_ratio(self) -> float:
     """Generated scalars per trainable hypernetwork parameter (> 1: compresses)."""
     return self.num_generated / max(self.parameter_count(), 1)
+
+
+def mlp(in_width: int, hidden: Sequence[int], *, seed: int, dtype, name: str,
+        layer_prefix: str) -> Optional[keras.Sequential]:
+  """ReLU MLP ``in_width -> hidden[0] -> ... -> hidden[-1]`` (He-normal kernels, layer
+  ``i`` seeded ``seed + i``, named ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential``
+  attribute-to-be: ``tf.train.Checkpoint`` tracks a Sequential, not a Python list of
+  layers. ``None`` for no hidden layers. Call it on ``[n, in_width]`` (see
+  :func:`apply_rowwise` for more leading axes)."""
+  if not hidden:
+    return None
+  policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+  return keras.Sequential(
+      [keras.Input((int(in_width),), dtype=policy.variable_dtype)] +
+      [keras.layers.Dense(int(h), activation="relu", name=f"{layer_prefix}{i + 1}",
+                          kernel_initializer=keras.initializers.HeNormal(seed=seed + i),
+                          dtype=policy)
+       for i, h in enumerate(hidden)], name=name)
+
+
+def apply_rowwise(layer, x: tf.Tensor) -> tf.Tensor:
+  """Applies a layer that maps ``[n, d]`` rows to ``[n, k]`` on ``[..., d]`` (any leading
+  axes, e.g. ``[S, C, d]`` for S conditions); ``layer=None`` is the identity."""
+  if layer is None:
+    return x
+  if x.shape.rank == 2:
+    return layer(x)
+  lead = tf.shape(x)[:-1]
+  y = layer(tf.reshape(x, [-1, x.shape[-1]]))
+  return tf.reshape(y, tf.concat([lead, tf.shape(y)[-1:]], 0))
 
 
 def with_condition(inputs: tf.Tensor, condition: Optional[tf.Tensor]) -> tf.Tensor:

@@ -48,7 +48,9 @@ class ChunkedHypernetwork(base.Hypernetwork):
       :class:`hypernet.hypernetworks.base.Hypernetwork`); the generator's input for chunk
       ``c`` is then ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
     seed: seed of every initialiser (int).
-    dtype: parameter and compute dtype (``"float32"``; ``"float64"`` for gradient checks).
+    dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
+      policy, float32 by default; ``"float64"`` for finite-difference checks). Generated
+      tensors are cast to the dtypes of ``target_spec``.
     name: Keras model name.
 
   Calling the model (``hnet()`` or ``hnet(None)``; ``hnet(ids)`` / ``hnet(vectors)`` when
@@ -64,7 +66,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
                num_conditions: int = 0, condition_dim: int = 0, seed: int = 0,
-               dtype="float32", name: str = "hypernetwork"):
+               dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
@@ -84,30 +86,24 @@ class ChunkedHypernetwork(base.Hypernetwork):
     self.chunk_embeddings = self.add_weight(
         shape=(self.num_chunks, int(chunk_emb_dim)), name="chunk_embeddings",
         initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
-    self.generator_layers = []
-    width = int(chunk_emb_dim) + self.condition_dim
-    for i, h in enumerate(hidden):
-      layer = keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                                 dtype=dtype,
-                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i))
-      layer.build((None, width))
-      self.generator_layers.append(layer)
-      width = int(h)
+    # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
+    in_width = int(chunk_emb_dim) + self.condition_dim
+    self.generator = base.mlp(in_width, hidden, seed=seed + 1, dtype=self.dtype_policy,
+                              name=f"{name}_generator", layer_prefix=f"{name}_hidden")
+    width = int(hidden[-1]) if hidden else in_width
     inputs = base.condition_grid(self.chunk_embeddings.numpy().astype(np.float64),
                                  self.init_conditions(seed=seed))
     mean_sq = base.second_moment(self._features(tf.constant(inputs, self.compute_dtype)))
     out_std = 1.0 / np.sqrt(width * mean_sq)
     self.output_head = keras.layers.Dense(
-        self.chunk_size, name=f"{name}_output", dtype=dtype,
+        self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
         kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
     self.output_head.build((None, width))
     self.built = True
 
   def _features(self, embeddings=None) -> tf.Tensor:
-    h = self.chunk_embeddings if embeddings is None else embeddings
-    for layer in self.generator_layers:
-      h = layer(h)
-    return h
+    return base.apply_rowwise(self.generator,
+                              self.chunk_embeddings if embeddings is None else embeddings)
 
   def flat_weights(self, embeddings=None, condition=None) -> tf.Tensor:
     """All generated scalars as one vector ``[P]`` (``[S, P]`` for ``S`` conditions).
@@ -117,7 +113,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
       condition: ``None``, ``[condition_dim]`` or ``[S, condition_dim]`` vectors.
     """
     e = tf.convert_to_tensor(self.chunk_embeddings if embeddings is None else embeddings)
-    chunks = self.output_head(self._features(base.with_condition(e, condition)))  # [(S,) C, k]
+    chunks = base.apply_rowwise(self.output_head,
+                                self._features(base.with_condition(e, condition)))  # [(S,) C, k]
     lead = tf.shape(chunks)[:-2]
     flat = tf.reshape(chunks, tf.concat([lead, [-1]], 0))[..., : self.num_generated]
     return flat * self._gain + self._mean

@@ -5,10 +5,12 @@ The hypernetwork of Ha, Dai & Le 2016 in its plainest form, as in hypnettorch's
 
     x   = [z ; c]                    z: learned input embedding, c: condition (if any)
     h   = MLP(x)                     ReLU hidden layers (He-normal), width d_h at the end
-    W_t = reshape(H_t h + b_t)       one Dense head (H_t [d_h, |W_t|], b_t [|W_t|]) per tensor
+    W_t = reshape(H_t h + b_t)       one linear head (H_t [d_h, |W_t|], b_t [|W_t|]) per tensor
 
 Each head has ``(d_h + 1) |W_t|`` parameters, so this kind *expands* the parameter count
-(compression ratio below 1): it is the reference kind, the others compress.
+(compression ratio below 1): it is the reference kind, the others compress. The heads are
+stored side by side as the column blocks of one Dense layer ``[d_h, P]`` (one matmul;
+block ``t`` is ``H_t``, see :meth:`MLPHypernetwork.head_columns`).
 
 Initialisation (hyperfan, Chang, Flokas & Lipson 2020, "Principled Weight Initialization
 for Hypernetworks", ICLR, Sec. 4): the raw head output ``r_t[j] = sum_k H_t[j, k] h_k``
@@ -52,7 +54,7 @@ class MLPHypernetwork(base.Hypernetwork):
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     num_conditions, condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
     seed: seed of every initialiser.
-    dtype: parameter and compute dtype.
+    dtype: Keras dtype policy (``None``: the global one).
     name: Keras model name.
 
   Calling it: ``hnet()`` (unconditional), ``hnet(task_id)`` / ``hnet(ids [S])`` or
@@ -67,7 +69,7 @@ class MLPHypernetwork(base.Hypernetwork):
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                embedding_dim: int = 8, hidden: Sequence[int] = (32,),
                init: str = "hyperfan_in", num_conditions: int = 0, condition_dim: int = 0,
-               seed: int = 0, dtype="float32", name: str = "hypernetwork"):
+               seed: int = 0, dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
     if embedding_dim < 0 or any(int(h) <= 0 for h in hidden):
@@ -85,35 +87,33 @@ class MLPHypernetwork(base.Hypernetwork):
           shape=(self.embedding_dim,), name="embedding",
           initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
     width = self.embedding_dim + self.condition_dim
-    self.trunk = []
-    for i, h in enumerate(hidden):
-      layer = keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                                 dtype=dtype,
-                                 kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i))
-      layer.build((None, width))
-      self.trunk.append(layer)
-      width = int(h)
+    self.trunk = base.mlp(width, hidden, seed=seed + 1, dtype=self.dtype_policy,
+                          name=f"{name}_trunk", layer_prefix=f"{name}_hidden")
+    width = int(hidden[-1]) if hidden else width
     # E[h^2] of the trunk's initial features over every initial input.
     base_in = (self.embedding.numpy()[None].astype(np.float64) if self.embedding is not None
                else np.zeros((1, 0)))
     x0 = base.condition_grid(base_in, self.init_conditions(seed=seed))
-    mean_sq = base.second_moment(self._trunk(tf.constant(x0, self.compute_dtype)))
-    self.heads = []
-    for i, (path, size) in enumerate(zip(self.paths, self.sizes)):
-      head = keras.layers.Dense(
-          size, name=f"{name}_head{i}", dtype=dtype,
-          kernel_initializer=keras.initializers.RandomNormal(
-              stddev=1.0 / np.sqrt(width * mean_sq), seed=seed + 1000 + i))
-      head.build((None, width))
-      self.heads.append(head)
-    self._gains = [float(stats[p][1]) for p in self.paths]
-    self._means = [float(stats[p][0]) for p in self.paths]
+    mean_sq = base.second_moment(base.apply_rowwise(self.trunk,
+                                                    tf.constant(x0, self.compute_dtype)))
+    self.head = keras.layers.Dense(
+        self.num_generated, name=f"{name}_heads", dtype=self.dtype_policy,
+        kernel_initializer=keras.initializers.RandomNormal(
+            stddev=1.0 / np.sqrt(width * mean_sq), seed=seed + 1000))
+    self.head.build((None, width))
+    self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+    gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
+    mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
+    # Fixed by the target's shapes: constants, not parameters.
+    self._gain = tf.constant(gain, self.compute_dtype)
+    self._mean = tf.constant(mean, self.compute_dtype)
     self.built = True
 
-  def _trunk(self, x: tf.Tensor) -> tf.Tensor:
-    for layer in self.trunk:
-      x = layer(x)
-    return x
+  def head_columns(self, path: str) -> slice:
+    """The columns of the head's kernel ``[d_h, P]`` and bias ``[P]`` that form ``path``'s
+    head ``H_t``, ``b_t``."""
+    i = self.paths.index(path)
+    return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
 
   def generate(self, condition: Optional[tf.Tensor]) -> Dict[str, tf.Tensor]:
     if self.embedding is not None:
@@ -121,12 +121,6 @@ class MLPHypernetwork(base.Hypernetwork):
     else:
       x = condition
     batched = x.shape.rank == 2
-    h = self._trunk(x if batched else x[None])                       # [S or 1, d_h]
-    out = {}
-    for path, shape, dtype, head, gain, mean in zip(self.paths, self.shapes, self.dtypes,
-                                                    self.heads, self._gains, self._means):
-      w = head(h) * tf.cast(gain, h.dtype) + tf.cast(mean, h.dtype)
-      w = tf.reshape(w, tf.concat([tf.shape(w)[:1], tf.constant(shape, tf.int32)], 0)) \
-          if batched else tf.reshape(w[0], shape)
-      out[path] = tf.cast(w, dtype) if w.dtype != dtype else w
-    return out
+    h = base.apply_rowwise(self.trunk, x if batched else x[None])      # [S or 1, d_h]
+    flat = self.head(h) * self._gain + self._mean                      # [S or 1, P]
+    return self.split(flat if batched else flat[0])

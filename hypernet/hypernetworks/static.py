@@ -56,7 +56,7 @@ class StaticHypernetwork(base.Hypernetwork):
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     num_conditions, condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
     seed: seed of every initialiser.
-    dtype: parameter and compute dtype.
+    dtype: Keras dtype policy (``None``: the global one).
     name: Keras model name.
 
   Raises:
@@ -68,7 +68,7 @@ class StaticHypernetwork(base.Hypernetwork):
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                z_dim: int = 4, hidden_dim: int = 0, slice_in: int = 16, slice_out: int = 16,
                init: str = "hyperfan_in", num_conditions: int = 0, condition_dim: int = 0,
-               seed: int = 0, dtype="float32", name: str = "hypernetwork"):
+               seed: int = 0, dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
     hidden_dim = hidden_dim or z_dim

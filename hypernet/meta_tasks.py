@@ -1,0 +1,457 @@
+"""Meta-learning tasks for the one train loop: few-shot classification and sinusoids.
+
+:class:`MetaLearningTask` implements the task interface of :mod:`hypernet.tasks` for an
+inner-loop learner of :mod:`hypernet.meta` (MAML, first-order MAML, Meta-SGD, ANIL):
+
+* a *batch* is a meta-batch of tasks (``config.batch_size`` tasks summed over replicas;
+  each replica gets its contiguous slice), each with a support and a query set;
+* the loss is the query loss after adaptation, averaged over the *global* meta-batch
+  (``tf.nn.compute_average_loss``), so 1 and R replicas take the same step; the tasks of
+  a replica's slice run in one graph through ``tf.map_fn``
+  (:func:`hypernet.meta.meta_batch_loss`), no Python loop per task;
+* the initial weights come from the weight source of ``config.hypernet``: the target's
+  own variables (``kind="none"``), or a hypernetwork's output (hypernetwork-initialised
+  MAML: the meta-gradient flows through the inner loop into the hypernetwork);
+* evaluation adapts to a fixed, finite set of ``config.meta.eval_episodes`` meta-test
+  tasks (held-out classes; the same tasks at every evaluation) and reports the mean
+  post-adaptation query accuracy (or MSE) with its 95% confidence interval over tasks,
+  and, with ``config.meta.one_shot_runs``, the error rate on the 20 official 20-way
+  one-shot runs of Lake et al. 2015.
+
+Task families (``config.task``):
+
+``"few_shot"``: N-way K-shot classification (Vinyals et al. 2016; Finn et al. 2017 Sec.
+5.2) from ``config.data.name``: ``"omniglot"`` (zips in ``config.data.data_dir``, split by
+character, classes augmented by rotations after the split, so meta-test characters are
+never seen in meta-training), or ``"digits"`` / ``"fashion_mnist"`` / ``"mnist"`` (train
+episodes from the train images, test episodes from the test images of the *same*
+classes: these have too few classes for a class split). Target: ``config.model.name``
+``"conv4"`` (Finn et al.'s four conv-BN-ReLU-pool blocks, ``config.model.conv_widths``
+equal widths, one per block) or ``"cnn"`` (:func:`hypernet.models.make_target`).
+
+``"sinusoid"``: regression on ``y = A sin(x - phi)`` (Finn et al. 2017 Sec. 5.1), K =
+``config.meta.num_shots`` support points; an MLP with ``config.meta.mlp_widths`` ReLU
+hidden layers (40, 40 in the paper).
+
+Metrics: training (per step, averaged over the logged steps): ``loss`` / ``accuracy``
+(query set after adaptation), ``loss_before`` / ``accuracy_before`` (query set at the
+initial weights) and, for Meta-SGD, ``inner_lr/<path>``: the mean learned inner learning
+rate of each adapted tensor. Evaluation: the same plus ``accuracy_ci95`` (``loss_ci95``
+for sinusoids) and ``one_shot_error``.
+
+BatchNorm runs in training mode on support and query sets (batch statistics, as in Finn
+et al.'s implementation), also at meta-test time: predictions on a query set depend on
+the other queries of the task (transductive), as in the MAML papers.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hypernet import models, sources
+from hypernet.data import episodes, sinusoid
+from hypernet.meta import anil, conv4, inner_loop, meta_batch
+
+LEARNERS = ("maml", "fomaml", "metasgd", "anil")
+TASKS = ("few_shot", "sinusoid")
+_CLASSIFICATION_LOSS = "sparse_softmax_cross_entropy"
+
+
+def _layout(global_batch_size: int, input_context) -> Tuple[int, int, int]:
+  """``(tasks per replica, local replicas, first slot)`` for this input pipeline."""
+  if input_context is None:
+    return global_batch_size, 1, 0
+  n = input_context.num_replicas_in_sync
+  if global_batch_size % n:
+    raise ValueError(f"The meta-batch size {global_batch_size} (config.batch_size or "
+                     f"config.eval_batch_size) must be divisible by the number of replicas "
+                     f"({n}).")
+  local = n // input_context.num_input_pipelines
+  return global_batch_size // n, local, input_context.input_pipeline_id * local
+
+
+def _with_options(ds: tf.data.Dataset) -> tf.data.Dataset:
+  options = tf.data.Options()
+  options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+  options.deterministic = True
+  return ds.with_options(options)
+
+
+def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
+                input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+  """Endless meta-batches: step ``s`` holds tasks ``s*T .. s*T+T-1`` (T global).
+
+  With ``input_context`` this pipeline yields, for each step, the slices of its local
+  replicas in turn (replica ``r`` gets tasks ``s*T + r*t .. s*T + (r+1)*t - 1``, t = T /
+  replicas), so any number of replicas trains on the same global meta-batch; resuming at
+  ``start_step`` rebuilds exactly the meta-batches an uninterrupted run would see.
+
+  Args:
+    task_fn: scalar int64 task index -> dict of tensors (one task).
+    global_batch_size: T, tasks per step summed over replicas.
+    start_step: the first step.
+    input_context: from ``distribute_datasets_from_function``, or ``None``.
+
+  Returns:
+    A ``tf.data.Dataset`` of dicts with a leading axis of ``t`` tasks.
+  """
+  t, local, first = _layout(global_batch_size, input_context)
+
+  def indices(k):
+    step, slot = k // local, first + k % local
+    return step * global_batch_size + slot * t + tf.range(t, dtype=tf.int64)
+
+  stop = np.iinfo(np.int64).max // max(global_batch_size * local, 1)
+  ds = tf.data.Dataset.range(start_step * local, stop).map(indices).unbatch()
+  ds = ds.map(task_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return _with_options(ds.batch(t, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
+                input_context: Optional[tf.distribute.InputContext] = None,
+                extra=None) -> tf.data.Dataset:
+  """One pass over tasks ``0 .. num_tasks-1`` (then ``extra``), padded to whole batches.
+
+  Every task gets ``weight`` (float32 1, 0 for padding) and ``extra_weight`` (1 for the
+  tasks of ``extra``); padding repeats task 0 with both weights 0, so every replica runs
+  the same number of evaluation steps and each task counts once.
+
+  Args:
+    task_fn: scalar int64 index -> task dict.
+    num_tasks: the number of ``task_fn`` tasks.
+    global_batch_size: tasks per evaluation step summed over replicas.
+    input_context: as :func:`task_stream`.
+    extra: optional ``(extra_fn, num_extra)``: ``extra_fn(j)`` for ``j < num_extra`` gives
+      a task with the same structure and shapes (e.g. the official one-shot runs).
+  """
+  num_extra = extra[1] if extra else 0
+  n = num_tasks + num_extra
+  num_batches = -(-n // global_batch_size)
+  t, local, first = _layout(global_batch_size, input_context)
+  order = (np.arange(num_batches)[:, None, None] * global_batch_size
+           + (first + np.arange(local))[None, :, None] * t
+           + np.arange(t)[None, None, :]).ravel()
+
+  def element(k):
+    task = task_fn(tf.minimum(k, num_tasks - 1))
+    if extra:
+      other = extra[0](tf.clip_by_value(k - num_tasks, 0, num_extra - 1))
+      task = {key: tf.where(k < num_tasks, task[key], other[key]) for key in task}
+    task["weight"] = tf.cast(k < num_tasks, tf.float32)
+    task["extra_weight"] = tf.cast((k >= num_tasks) & (k < n), tf.float32)
+    return task
+
+  ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64)).map(
+      element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return _with_options(ds.batch(t).prefetch(tf.data.AUTOTUNE))
+
+
+def _load_few_shot_data(config) -> Tuple[episodes.ClassIndexed, episodes.ClassIndexed]:
+  """(meta-train, meta-test) class-indexed images from ``config.data``."""
+  dc = config.data
+  if dc.name == "omniglot":
+    from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
+    folder = _omniglot_dir(config)
+    zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
+    if not zips:
+      raise ValueError("config.data.omniglot_zips is empty; name the image zips, e.g. "
+                       "'images_background.zip'.")
+    train, test = omniglot.split_by_character(
+        zips, dc.split_seed, data_dir=folder, num_test_characters=dc.num_test_characters,
+        rotations=tuple(dc.rotations) or None, image_size=dc.image_size)
+    return (episodes.class_indexed(train.images, train.labels),
+            episodes.class_indexed(test.images, test.labels))
+  if dc.name in ("digits", "fashion_mnist", "mnist"):
+    from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
+    d = data_lib.load_classification(dc)
+    scale = np.float32(d.pixel_scale)
+    return (episodes.class_indexed(d.x_train.astype(np.float32) * scale, d.y_train),
+            episodes.class_indexed(d.x_test.astype(np.float32) * scale, d.y_test))
+  raise ValueError(f"config.data.name={dc.name!r} cannot be used for config.task='few_shot'; "
+                   "use 'omniglot', 'digits', 'fashion_mnist' or 'mnist'.")
+
+
+def _omniglot_dir(config) -> str:
+  folder = os.path.expanduser(str(config.data.data_dir))
+  if not folder:
+    from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
+    raise ValueError(
+        "config.data.data_dir is empty: set it to the folder holding the Omniglot zips "
+        f"({config.data.omniglot_zips}; and all_runs.zip for config.meta.one_shot_runs), "
+        f"e.g. --config.data.data_dir=~/data/omniglot. Get them from {omniglot.OMNIGLOT_URL} "
+        "(folder python/).")
+  return folder
+
+
+def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
+  """The target network of a meta-learning config (built, a ``keras.Sequential``).
+
+  ``config.task == "sinusoid"``: an MLP ``1 -> mlp_widths (ReLU) -> num_outputs``.
+  Otherwise ``config.model.name``: ``"conv4"`` (:func:`hypernet.meta.make_conv4`, one
+  block per entry of ``config.model.conv_widths``, all equal) or ``"cnn"``.
+
+  Raises:
+    ValueError: unequal conv4 widths or an unknown model name.
+  """
+  if config.task == "sinusoid":
+    layers = [keras.Input(tuple(input_shape))]
+    for i, width in enumerate(config.meta.mlp_widths):
+      layers.append(keras.layers.Dense(width, activation="relu", name=f"dense{i + 1}"))
+    layers.append(keras.layers.Dense(num_outputs, name="head"))
+    return keras.Sequential(layers, name="mlp")
+  mc = config.model
+  if mc.name == "conv4":
+    widths = tuple(mc.conv_widths)
+    if not widths or len(set(widths)) != 1:
+      raise ValueError(f"config.model.conv_widths={widths} for conv4: give one equal width "
+                       "per block, e.g. (64, 64, 64, 64).")
+    return conv4.make_conv4(num_outputs, tuple(input_shape), filters=int(widths[0]),
+                            num_blocks=len(widths))
+  if mc.name == "cnn":
+    return models.make_target(mc, tuple(input_shape), num_outputs)
+  raise ValueError(f"config.model.name={mc.name!r} for meta-learning; use 'conv4' or 'cnn'.")
+
+
+def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
+  """The inner-loop learner named by ``config.meta.learner`` for ``target``.
+
+  ``"maml"`` (second order), ``"fomaml"`` (first order), ``"metasgd"`` (learned
+  per-parameter inner learning rates, second order), ``"anil"`` (head only, second
+  order); ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` from ``config.meta``.
+
+  Raises:
+    ValueError: an unknown learner (lists the known ones), or the learner's own errors.
+  """
+  mc = config.meta
+  kwargs = dict(inner_lr=float(mc.inner_lr), inner_steps=int(mc.inner_steps))
+  adapt = str(mc.adapt) or None
+  if mc.learner == "maml":
+    return inner_loop.MAML(target, loss, adapt=adapt, **kwargs)
+  if mc.learner == "fomaml":
+    return inner_loop.FirstOrderMAML(target, loss, adapt=adapt, **kwargs)
+  if mc.learner == "metasgd":
+    return inner_loop.MetaSGD(target, loss, adapt=adapt, **kwargs)
+  if mc.learner == "anil":
+    return anil.ANIL(target, loss, head=str(mc.anil_head), **kwargs)
+  raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
+
+
+class MetaLearningTask:
+  """Meta-learning (few-shot classification or sinusoid regression) for the train loop.
+
+  Batches (leading axis: the replica's ``t`` tasks): few-shot ``support_x`` float32
+  ``[t, N*K, H, W, C]``, ``support_y`` int32 ``[t, N*K]``, ``query_x`` ``[t, N*Q, H, W,
+  C]``, ``query_y`` ``[t, N*Q]``; sinusoid ``[t, K, 1]`` / ``[t, Q, 1]`` float32.
+  Evaluation batches add ``weight`` and ``extra_weight`` float32 ``[t]`` (see
+  :func:`fixed_tasks`; ``extra_weight`` marks the official one-shot runs).
+
+  Args:
+    config: the experiment config (``config.task`` in :data:`TASKS`).
+    data: optional ``(train, test)`` :class:`~hypernet.data.episodes.ClassIndexed` to use
+      instead of loading ``config.data`` (few-shot only; tests, benchmarks).
+    runs: optional list of :class:`~hypernet.data.omniglot.OneShotRun` to use instead of
+      loading ``config.meta.one_shot_runs``.
+
+  Raises:
+    ValueError: a bad ``config.meta`` field (named), missing data folder, one-shot runs
+      with a config that is not 20-way 1-shot with one query per class at meta-test time.
+  """
+
+  def __init__(self, config, data=None, runs=None):
+    if config.task not in TASKS:
+      raise ValueError(f"config.task={config.task!r} is not a meta-learning task; known: "
+                       f"{list(TASKS)}.")
+    self.config = config
+    mc = config.meta
+    for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
+                 "eval_episodes"):
+      value = mc[name]
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"config.meta.{name} must be an int >= 1, got {value!r}.")
+    if mc.parallel not in meta_batch.PARALLEL:
+      raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
+                       f"{list(meta_batch.PARALLEL)}.")
+    self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
+    self.classification = config.task == "few_shot"
+    self.runs = []
+    if self.classification:
+      self.train_data, self.test_data = data if data is not None else \
+          _load_few_shot_data(config)
+      image_shape = self.train_data.images.shape[1:]
+      self.target = make_meta_target(config, image_shape, mc.num_ways)
+      loss = _CLASSIFICATION_LOSS
+      kwargs = dict(num_ways=mc.num_ways, num_shots=mc.num_shots)
+      self._train_fn = episodes.make_episode_fn(
+          self.train_data, num_queries=mc.num_queries, seed=config.seed, **kwargs)
+      self._eval_fn = episodes.make_episode_fn(
+          self.test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
+      if runs is not None or mc.one_shot_runs:
+        self.runs = list(runs) if runs is not None else self._load_runs()
+        self._check_runs(image_shape)
+    else:
+      self.target = make_meta_target(config, (1,), 1)
+      loss = "mse"
+      self._train_fn = sinusoid.make_sinusoid_task_fn(
+          num_support=mc.num_shots, num_query=mc.num_queries, seed=config.seed)
+      self._eval_fn = sinusoid.make_sinusoid_task_fn(
+          num_support=mc.num_shots, num_query=mc.eval_queries, seed=mc.eval_seed)
+    self.source = sources.build_weight_source(config, self.target)
+    self.learner = make_learner(config, self.target, loss)
+    self.inner_lr_names = [f"inner_lr/{p}" for p in getattr(self.learner, "inner_lrs", {})]
+    base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
+        else ["loss", "loss_before"]
+    self.metric_names: List[str] = base + self.inner_lr_names
+
+  # -- data ---------------------------------------------------------------------------
+  def _load_runs(self):
+    from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
+    path = os.path.join(_omniglot_dir(self.config), str(self.config.meta.one_shot_runs))
+    return omniglot.load_one_shot_runs(path, image_size=self.config.data.image_size)
+
+  def _check_runs(self, image_shape) -> None:
+    mc = self.config.meta
+    if not self.runs:
+      raise ValueError("config.meta.one_shot_runs gave no runs.")
+    ways = len(self.runs[0].support_x)
+    if (mc.num_ways, mc.num_shots, mc.eval_queries) != (ways, 1, 1):
+      raise ValueError(
+          f"config.meta.one_shot_runs: the official runs are {ways}-way 1-shot with one "
+          f"query per class, so they need num_ways={ways}, num_shots=1, eval_queries=1 "
+          f"(got {mc.num_ways}, {mc.num_shots}, {mc.eval_queries}): meta-train a "
+          f"{ways}-way model (configs/omniglot_maml_20way.py) or set one_shot_runs=''.")
+    if tuple(self.runs[0].support_x.shape[1:]) != tuple(image_shape):
+      raise ValueError(f"One-shot run images {self.runs[0].support_x.shape[1:]} differ from "
+                       f"the training images {tuple(image_shape)}; use the same "
+                       "config.data.image_size.")
+
+  def _run_fn(self):
+    sx = tf.constant(np.stack([r.support_x for r in self.runs]))
+    qx = tf.constant(np.stack([r.query_x for r in self.runs]))
+    qy = tf.constant(np.stack([r.query_y for r in self.runs]).astype(np.int32))
+    sy = tf.range(sx.shape[1], dtype=tf.int32)  # support image j is class j
+    return lambda j: {"support_x": tf.gather(sx, j), "support_y": sy,
+                      "query_x": tf.gather(qx, j), "query_y": tf.gather(qy, j)}
+
+  def train_dataset(self, global_batch_size, seed, start_step=0, input_context=None):
+    """Meta-training batches (tasks drawn with ``config.seed``; ``seed`` is the same)."""
+    del seed  # The task functions were built with config.seed.
+    return task_stream(self._train_fn, global_batch_size, start_step, input_context)
+
+  def eval_dataset(self, global_batch_size, input_context=None):
+    """The ``config.meta.eval_episodes`` meta-test tasks, then the one-shot runs."""
+    extra = (self._run_fn(), len(self.runs)) if self.runs else None
+    return fixed_tasks(self._eval_fn, self.config.meta.eval_episodes, global_batch_size,
+                       input_context, extra=extra)
+
+  # -- the loop's interface -----------------------------------------------------------
+  @property
+  def trainable_variables(self):
+    seen, out = set(), []
+    for v in list(self.source.trainable_variables) + list(self.learner.trainable_variables):
+      if id(v) not in seen:
+        seen.add(id(v))
+        out.append(v)
+    return out
+
+  def trackables(self) -> Dict[str, object]:
+    return dict(self.source.trackables(), learner=self.learner)
+
+  def _meta_batch(self, batch, before_metrics=True):
+    tasks = {k: batch[k] for k in meta_batch.BATCH_KEYS}
+    return meta_batch.meta_batch_loss(
+        self.learner, tasks, weights=self.source.weights() or None,
+        parallel=self.config.meta.parallel, before_metrics=before_metrics)
+
+  def train_loss(self, batch, global_batch_size):
+    """This replica's share of the mean post-adaptation query loss over the global
+    meta-batch, metric sums and the new BatchNorm state."""
+    result = self._meta_batch(batch)
+    per_task = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
+    after = result.per_task["query_loss_after"]
+    loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
+    count = tf.cast(tf.size(after), tf.float32)
+    sums = {"loss": (tf.reduce_sum(tf.stop_gradient(per_task["query_loss_after"])), count),
+            "loss_before": (tf.reduce_sum(per_task["query_loss_before"]), count)}
+    if self.classification:
+      sums["accuracy"] = (tf.reduce_sum(per_task["query_accuracy_after"]), count)
+      sums["accuracy_before"] = (tf.reduce_sum(per_task["query_accuracy_before"]), count)
+    if self.inner_lr_names:  # Meta-SGD: one value per step, shared over replicas.
+      share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
+      for name, rate in zip(self.inner_lr_names, self.learner.inner_lrs.values()):
+        sums[name] = (tf.reduce_mean(tf.cast(rate, tf.float32)) * share, tf.constant(share))
+    return loss, sums, result.state
+
+  def eval_sums(self, batch):
+    """Metric sums over the batch's real tasks: ``loss``, ``loss_before`` (and
+    ``accuracy``, ``accuracy_before``), sums of squares ``accuracy_sq`` (``loss_sq`` for
+    sinusoids) for the 95% interval, and ``one_shot_error`` over the official runs."""
+    learner = self.learner
+    steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
+    try:  # Python attribute read while tracing: the eval graph has eval_inner_steps.
+      result = self._meta_batch(batch)
+    finally:
+      learner.inner_steps = steps
+    pt = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
+    w, rw = batch["weight"], batch["extra_weight"]
+    n = tf.reduce_sum(w)
+    total = lambda x, weight=w: tf.reduce_sum(weight * x)
+    sums = {"loss": (total(pt["query_loss_after"]), n),
+            "loss_before": (total(pt["query_loss_before"]), n)}
+    if self.classification:
+      acc = pt["query_accuracy_after"]
+      sums.update(accuracy=(total(acc), n), accuracy_sq=(total(tf.square(acc)), n),
+                  accuracy_before=(total(pt["query_accuracy_before"]), n))
+      if self.runs:
+        sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
+    else:
+      sums["loss_sq"] = (total(tf.square(pt["query_loss_after"])), n)
+    return sums
+
+  def apply_state(self, state):
+    if state:
+      from hypernet import functional  # pylint: disable=g-import-not-at-top
+      functional.assign_state(self.target, state)
+
+  def describe(self) -> Dict[str, float]:
+    """Parameter counts (of the weight source, plus Meta-SGD's inner learning rates)."""
+    counts = dict(self.source.parameter_counts())
+    rates = sum(int(np.prod(v.shape)) for v in getattr(self.learner, "inner_lrs", {}).values())
+    counts["trainable"] = counts.get("trainable", 0) + rates
+    counts["inner_lrs"] = rates
+    return counts
+
+  # -- evaluation outside the loop ----------------------------------------------------
+  def one_shot_error_rate(self) -> float:
+    """The error rate on the official runs through
+    :func:`hypernet.data.omniglot.one_shot_error_rate`: each run adapted eagerly on its
+    20 support drawings (``eval_inner_steps``), queries predicted by the fast weights.
+    The same number as the ``one_shot_error`` evaluation metric, computed independently.
+
+    Raises:
+      ValueError: the task has no one-shot runs.
+    """
+    from hypernet import functional  # pylint: disable=g-import-not-at-top
+    from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
+    if not self.runs:
+      raise ValueError("No one-shot runs: set config.meta.one_shot_runs='all_runs.zip'.")
+    learner = self.learner
+
+    def classify(support_x, query_x):
+      steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
+      try:
+        weights = learner.initial_weights(self.source.weights() or None)
+        state = {p: tf.convert_to_tensor(v.value) for p, v in
+                 functional.variable_paths(self.target, trainable=False).items()}
+        fast, state = learner.adapt(support_x, tf.range(len(support_x), dtype=tf.int32),
+                                    weights=weights, state=state)
+      finally:
+        learner.inner_steps = steps
+      logits = functional.functional_call(self.target, fast, query_x, training=True,
+                                          state=state)
+      return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
+
+    return omniglot.one_shot_error_rate(classify, self.runs)

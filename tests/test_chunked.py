@@ -1,0 +1,90 @@
+"""Chunked hypernetwork: shapes from the target, parameter counts, hyperfan init,
+gradients against float64 finite differences."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet import functional, models
+from hypernet.hypernetworks import init as hinit
+from hypernet.hypernetworks.chunked import ChunkedHypernetwork
+
+
+def _target(dtype="float32"):
+  # Average pooling: max pooling over windows of dead ReLUs (all 0) has a kink that
+  # central differences straddle, which would test the kink, not our gradient.
+  return models.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,), pool="avg",
+                         dtype=dtype)
+
+
+def test_generated_shapes_come_from_target_and_counts():
+  target = _target()
+  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
+  hnet = ChunkedHypernetwork(spec, chunk_size=100, chunk_emb_dim=7, hidden=(11,))
+  weights = hnet()
+  assert list(weights) == list(spec)
+  for p, s in spec.items():
+    assert tuple(weights[p].shape) == tuple(s.shape) and weights[p].dtype == s.dtype
+  p_total = functional.num_elements(spec)
+  assert hnet.num_generated == p_total == 40 + 296 + (2 * 2 * 8 * 16 + 16) + 170
+  chunks = -(-p_total // 100)
+  assert hnet.count_params() == chunks * 7 + (7 * 11 + 11) + (11 * 100 + 100)
+
+
+@pytest.mark.parametrize("mode", ["hyperfan_in", "hyperfan_out", "glorot"])
+def test_initial_variance_matches_standard_init(mode):
+  """Var of generated kernels at init = He/Glorot variance of the target layer (20%)."""
+  target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
+  spec = functional.weight_spec(target, "*/kernel")
+  ratios = {p: [] for p in spec}
+  for seed in range(3):
+    hnet = ChunkedHypernetwork(spec, chunk_size=512, chunk_emb_dim=16, hidden=(32,),
+                               init=mode, seed=seed)
+    for p, w in hnet().items():
+      ratios[p].append(np.var(w.numpy()) / hinit.kernel_std(p, spec[p].shape, mode) ** 2)
+  for p, r in ratios.items():
+    assert 0.8 < np.mean(r) < 1.2, (p, r)
+
+
+def test_gradients_match_float64_finite_differences():
+  target = _target("float64")
+  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
+  hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,),
+                             dtype="float64", seed=3)
+  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
+  y = tf.constant([0, 1, 2, 3, 4, 5])
+
+  def loss_fn():
+    logits = functional.functional_call(target, hnet(), x)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+
+  with tf.GradientTape() as tape:
+    loss = loss_fn()
+  assert loss.dtype == tf.float64
+  grads = tape.gradient(loss, hnet.trainable_variables)
+  rng = np.random.default_rng(0)
+  eps = 1e-6
+  checked = 0
+  for var, grad in zip(hnet.trainable_variables, grads):
+    flat = var.numpy().ravel()
+    for i in rng.choice(flat.size, size=min(3, flat.size), replace=False):
+      orig = flat[i]
+      plus, minus = flat.copy(), flat.copy()
+      plus[i], minus[i] = orig + eps, orig - eps
+      var.assign(plus.reshape(var.shape)); lp = float(loss_fn())
+      var.assign(minus.reshape(var.shape)); lm = float(loss_fn())
+      var.assign(flat.reshape(var.shape))
+      fd = (lp - lm) / (2 * eps)
+      np.testing.assert_allclose(grad.numpy().ravel()[i], fd, rtol=1e-5, atol=1e-9)
+      checked += 1
+  assert checked >= 10
+
+
+def test_errors():
+  with pytest.raises(ValueError, match="target_spec is empty"):
+    ChunkedHypernetwork({})
+  spec = functional.weight_spec(_target(), "head/kernel")
+  with pytest.raises(ValueError, match="init mode 'he'"):
+    ChunkedHypernetwork(spec, init="he")
+  with pytest.raises(ValueError, match="chunk_size"):
+    ChunkedHypernetwork(spec, chunk_size=0)

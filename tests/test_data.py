@@ -1,0 +1,106 @@
+"""Digits and IDX loaders, step-indexed training pipeline, padded eval pipeline."""
+import gzip
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet.data import digits, idx, pipeline
+from hypernet.data.base import ImageClassificationData
+
+
+def test_digits_split_is_stratified_and_disjoint():
+  d = digits.load_digits()
+  assert len(d.x_train) + len(d.x_test) == 1797
+  assert d.x_test.shape[1:] == (8, 8, 1)
+  assert d.x_train.dtype == np.uint8 and d.x_train.max() == 16
+  counts = np.bincount(d.y_test, minlength=10)
+  assert counts.min() >= 35 and counts.max() <= 37  # ~20% of each class (174..183)
+  # No image of the test set appears (by index) in train: the split is a partition.
+  flat_train = {x.tobytes() + bytes([y]) for x, y in zip(d.x_train, d.y_train)}
+  dup = sum(x.tobytes() + bytes([y]) in flat_train for x, y in zip(d.x_test, d.y_test))
+  assert dup == 0
+
+
+def test_fashion_mnist_idx(data_dir):
+  d = idx.load_idx_dataset("fashion_mnist", str(data_dir / "fashion-mnist"))
+  assert d.x_train.shape == (60000, 28, 28, 1) and d.x_test.shape == (10000, 28, 28, 1)
+  assert d.num_classes == 10 and np.bincount(d.y_test).tolist() == [1000] * 10
+  # First training label of Fashion-MNIST is 9 (ankle boot), first test label 9 too.
+  assert d.y_train[0] == 9 and d.y_test[0] == 9
+
+
+def test_idx_errors_name_the_file(tmp_path, data_dir):
+  with pytest.raises(FileNotFoundError, match=r"config.data.data_dir.*apt-get install dataset-fashion-mnist"):
+    idx.load_idx_dataset("fashion_mnist", str(tmp_path))
+  src = data_dir / "fashion-mnist"
+  for f in os.listdir(src):
+    if f.endswith(".gz"):
+      shutil.copy(src / f, tmp_path / f)
+  # Truncate the test labels: header promises 10000 labels.
+  path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+  raw = gzip.open(path).read()
+  with gzip.open(path, "wb") as f:
+    f.write(raw[:5000])
+  with pytest.raises(ValueError, match=r"t10k-labels-idx1-ubyte.gz is truncated"):
+    idx.load_idx_dataset("fashion_mnist", str(tmp_path))
+
+
+def _toy(n=10):
+  x = np.arange(n, dtype=np.uint8).reshape(n, 1, 1, 1)
+  return ImageClassificationData("toy", x, np.zeros(n, np.int32), x[:3], np.zeros(3, np.int32), 1)
+
+
+def _ids(batch):
+  return batch["image"].numpy().ravel().round().astype(int).tolist()
+
+
+def test_train_stream_is_step_indexed_and_covers_each_epoch():
+  data = _toy(10)
+  full = [_ids(b) for b in pipeline.train_dataset(data, 4, seed=7, num_steps=10)]
+  # Each epoch (10 consecutive positions) is a permutation of the 10 images.
+  flat = sum(full, [])
+  for e in range(4):
+    assert sorted(flat[10 * e: 10 * e + 10]) == list(range(10))
+  # Resuming at step 6 yields exactly the same batches as the uninterrupted stream.
+  resumed = [_ids(b) for b in pipeline.train_dataset(data, 4, seed=7, start_step=6, num_steps=4)]
+  assert resumed == full[6:]
+  other_seed = [_ids(b) for b in pipeline.train_dataset(data, 4, seed=8, num_steps=10)]
+  assert other_seed != full
+
+
+class _Ctx:
+  def __init__(self, replicas, pipelines, pid):
+    self.num_replicas_in_sync, self.num_input_pipelines, self.input_pipeline_id = replicas, pipelines, pid
+
+
+def test_replica_slices_compose_the_global_batch():
+  data = _toy(10)
+  full = [_ids(b) for b in pipeline.train_dataset(data, 4, seed=1, num_steps=3)]
+  # One pipeline, two local replicas: elements alternate replica 0, replica 1.
+  one = [_ids(b) for b in pipeline.train_dataset(data, 4, 1, num_steps=3, input_context=_Ctx(2, 1, 0))]
+  assert [one[2 * s] + one[2 * s + 1] for s in range(3)] == full
+  # Two workers with one replica each.
+  w0 = [_ids(b) for b in pipeline.train_dataset(data, 4, 1, num_steps=3, input_context=_Ctx(2, 2, 0))]
+  w1 = [_ids(b) for b in pipeline.train_dataset(data, 4, 1, num_steps=3, input_context=_Ctx(2, 2, 1))]
+  assert [a + b for a, b in zip(w0, w1)] == full
+  with pytest.raises(ValueError, match="batch_size=5 must be divisible"):
+    pipeline.train_dataset(data, 5, 1, input_context=_Ctx(2, 1, 0))
+
+
+def test_eval_pass_pads_with_zero_weight():
+  data = _toy(10)
+  batches = list(pipeline.eval_dataset(data, 2, "test"))
+  assert [_ids(b) for b in batches] == [[0, 1], [2, 0]]
+  assert [b["weight"].numpy().tolist() for b in batches] == [[1, 1], [1, 0]]
+
+
+def test_random_shift_moves_pixels_and_keeps_mass():
+  img = np.zeros((64, 5, 5, 1), np.float32)
+  img[:, 2, 2, 0] = 1.0
+  out = pipeline.random_shift(tf.constant(img), 1, tf.constant([1, 2], tf.int64)).numpy()
+  assert np.all(out.sum(axis=(1, 2, 3)) == 1.0)   # a centre pixel never falls off
+  rows, cols = np.nonzero(out[..., 0])[1:]
+  assert set(rows) == {1, 2, 3} and set(cols) == {1, 2, 3}

@@ -1,0 +1,250 @@
+"""The meta-learning task (hypernet/meta_tasks.py) in the one train loop, and its configs.
+
+Exact checks: the Trainer's meta-steps equal hand-written meta-gradient steps (MAML on
+few-shot digits episodes, hypernetwork-initialised MAML on sinusoids), 1 and 2 replicas
+take the same step, an interrupted run resumes to the uninterrupted one's weights, the
+95% interval on known values, and the official one-shot runs scored in the evaluation
+graph agree with :func:`hypernet.data.omniglot.one_shot_error_rate` on the same model.
+"""
+import importlib.util
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet import config_lib, meta_tasks, objectives, tasks, train_lib
+from hypernet.meta import meta_batch
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+META_CONFIGS = ["sinusoid_maml", "omniglot_maml", "omniglot_fomaml", "omniglot_metasgd",
+                "omniglot_anil", "omniglot_hyper_maml", "omniglot_20way"]
+SUBSET = "images_background_small1.zip,images_background_small2.zip"
+
+
+def _config(name):
+  spec = importlib.util.spec_from_file_location(name, CONFIGS / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _sgd(c, lr=0.1):
+  c.optim.name, c.optim.lr, c.optim.momentum, c.optim.schedule = "sgd", lr, 0.0, "constant"
+  c.jit_compile = "false"
+  return c
+
+
+def _digits_config():
+  """5-way 1-shot MAML on scikit-learn digits (8x8): a 2-block conv4 of width 8."""
+  c = _sgd(config_lib.base_config())
+  c.task, c.data.name = "few_shot", "digits"
+  c.model.name, c.model.conv_widths = "conv4", (8, 8)
+  c.batch_size, c.eval_batch_size = 4, 6
+  c.meta.num_queries, c.meta.eval_queries, c.meta.eval_episodes = 2, 2, 10
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 2, 1, 0, 2
+  return c
+
+
+def _sinusoid_config(learner="metasgd"):
+  c = _sgd(_config("sinusoid_maml"), lr=0.01)
+  c.meta.learner, c.meta.mlp_widths = learner, (8, 8)
+  c.batch_size, c.eval_batch_size, c.meta.eval_episodes = 4, 5, 7
+  c.meta.num_shots, c.meta.num_queries, c.meta.eval_queries = 5, 5, 5
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 2, 0, 2
+  return c
+
+
+def _values(trainer):
+  return [np.array(trainer.strategy.experimental_local_results(v)[0])
+          for v in trainer.variables]
+
+
+# -- the 95% interval ------------------------------------------------------------------
+def test_ci95_from_sums_is_the_normal_interval_of_the_sample_mean():
+  x = np.array([1.0, 0.0, 1.0, 1.0, 0.6])
+  mean, ci = objectives.mean_and_ci95(x.sum(), np.square(x).sum(), len(x))
+  assert mean == pytest.approx(0.72)
+  # sample std with n - 1: sqrt(sum((x - 0.72)^2) / 4) = sqrt(0.768 / 4)
+  assert ci == pytest.approx(1.959963984540054 * math.sqrt(0.768 / 4) / math.sqrt(5), rel=1e-12)
+  assert ci == pytest.approx(1.96 * np.std(x, ddof=1) / np.sqrt(5), rel=1e-4)
+  out = objectives.finalize({"accuracy": (x.sum(), 5.0), "accuracy_sq": (np.square(x).sum(), 5.0),
+                             "loss": (3.0, 2.0)})
+  assert set(out) == {"accuracy", "accuracy_ci95", "loss"}
+  assert out["accuracy_ci95"] == pytest.approx(ci) and out["loss"] == 1.5
+  assert math.isnan(objectives.mean_and_ci95(1.0, 1.0, 1.0)[1])
+
+
+# -- pipelines -------------------------------------------------------------------------
+def test_two_replica_slices_make_up_the_one_replica_meta_batch():
+  fn = lambda i: {"i": i}
+  one = [b["i"].numpy() for b in meta_tasks.task_stream(fn, 6, start_step=3).take(2)]
+  ctx = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
+                                   num_replicas_in_sync=2)
+  two = [b["i"].numpy() for b in meta_tasks.task_stream(fn, 6, 3, ctx).take(4)]
+  np.testing.assert_array_equal(one[0], np.arange(18, 24))
+  np.testing.assert_array_equal(np.concatenate(two[:2]), one[0])
+  np.testing.assert_array_equal(np.concatenate(two[2:]), one[1])
+  # Evaluation: 7 tasks + 2 extra in global batches of 4, over 2 pipelines of 1 replica.
+  extra = (lambda j: {"i": 100 + j}, 2)
+  seen = []
+  for pid in (0, 1):
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pid,
+                                     num_replicas_in_sync=2)
+    for b in meta_tasks.fixed_tasks(fn, 7, 4, ctx, extra=extra):
+      seen += list(zip(b["i"].numpy(), b["weight"].numpy(), b["extra_weight"].numpy()))
+  assert len(seen) == 12  # 3 global batches of 4
+  assert sorted(i for i, w, _ in seen if w) == list(range(7))
+  assert sorted(i for i, _, e in seen if e) == [100, 101]
+  assert all(w + e <= 1 for _, w, e in seen)
+
+
+# -- the task in the Trainer -----------------------------------------------------------
+def test_few_shot_maml_trainer_steps_equal_manual_meta_gradient_steps(tmp_path):
+  c = _digits_config()
+  trainer = train_lib.Trainer(c, str(tmp_path))
+  assert isinstance(trainer.task, meta_tasks.MetaLearningTask)
+  init = _values(trainer)
+  metrics, bad = trainer.train_chunk(trainer.train_iterator(0), 2)
+  assert bad == -1
+  task = tasks.build_task(c)  # a fresh copy, set to the same initial weights
+  for v, x in zip(task.trainable_variables, init):
+    v.assign(x)
+  batches = iter(task.train_dataset(4, c.seed))
+  losses, accs = [], []
+  for _ in range(2):
+    batch = next(batches)
+    assert batch["support_x"].shape == (4, 5, 8, 8, 1)
+    with tf.GradientTape() as tape:
+      result = meta_batch.meta_batch_loss(task.learner, batch)
+    grads = tape.gradient(result.loss, task.trainable_variables)
+    for v, g in zip(task.trainable_variables, grads):
+      v.assign_sub(0.1 * g)
+    losses.append(float(result.loss))
+    accs.append(float(result.metrics["query_accuracy_after"]))
+  for got, v in zip(_values(trainer), task.trainable_variables):
+    np.testing.assert_allclose(got, v.numpy(), rtol=2e-5, atol=1e-6)
+  assert metrics["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+  assert metrics["accuracy"] == pytest.approx(np.mean(accs), rel=1e-6)
+  assert metrics["loss_before"] > 0 and 0 <= metrics["accuracy_before"] <= 1
+  ev = trainer.evaluate()
+  assert set(ev) == {"loss", "loss_before", "accuracy", "accuracy_ci95", "accuracy_before"}
+  assert 0 < ev["accuracy_ci95"] < 1
+
+
+def test_hypernetwork_initialised_maml_step_reaches_the_hypernetwork(tmp_path):
+  c = _sinusoid_config("maml")
+  c.hypernet.kind, c.hypernet.targets = "chunked", "dense*/kernel,head/kernel"
+  c.hypernet.chunk_size, c.hypernet.hidden = 32, (8,)
+  trainer = train_lib.Trainer(c, str(tmp_path))
+  task = trainer.task
+  hnet = task.source.hypernetwork.trainable_variables
+  assert len(hnet) >= 2 and all(any(v is h for v in trainer.variables) for h in hnet)
+  before = _values(trainer)
+  batch = next(iter(task.train_dataset(4, c.seed)))
+  with tf.GradientTape() as tape:
+    loss = meta_batch.meta_batch_loss(task.learner, batch,
+                                      weights=task.source.weights()).loss
+  grads = tape.gradient(loss, trainer.variables)
+  metrics, _ = trainer.train_chunk(trainer.train_iterator(0), 1)
+  assert metrics["loss"] == pytest.approx(float(loss), rel=1e-5)
+  for got, x, g in zip(_values(trainer), before, grads):
+    np.testing.assert_allclose(got, x - 0.01 * g.numpy(), rtol=1e-5, atol=1e-7)
+  assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in grads[:len(hnet)])
+
+
+def test_meta_sgd_sinusoid_resumes_to_the_uninterrupted_run_and_logs_inner_rates(tmp_path):
+  c = _sinusoid_config("metasgd")
+  full = train_lib.train_and_evaluate(c, str(tmp_path / "full"))
+  half = _sinusoid_config("metasgd")
+  half.num_steps = 2
+  train_lib.train_and_evaluate(half, str(tmp_path / "resumed"))
+  resumed = train_lib.train_and_evaluate(c, str(tmp_path / "resumed"))
+  assert resumed["step"] == full["step"] == 4
+  for k in ("loss", "loss_before", "loss_ci95"):
+    assert resumed[k] == pytest.approx(full[k], rel=1e-6), k
+  trainer = train_lib.Trainer(c, str(tmp_path / "resumed"))
+  assert trainer.restore() == 4
+  names = trainer.task.metric_names
+  assert "inner_lr/dense1/kernel" in names and "inner_lr/head/bias" in names
+  rates = trainer.task.learner.inner_lrs
+  used = {p: float(tf.reduce_mean(r)) for p, r in rates.items()}  # restored, trained
+  assert used["head/bias"] != pytest.approx(0.01)
+  metrics, _ = trainer.train_chunk(trainer.train_iterator(4), 1)
+  # The logged value is the mean rate of each tensor used in that step (before update).
+  for p, value in used.items():
+    assert metrics[f"inner_lr/{p}"] == pytest.approx(value, rel=1e-6), p
+
+
+def test_one_and_two_replicas_take_the_same_meta_step(tmp_path):
+  if len(tf.config.list_logical_devices("CPU")) < 2:
+    pytest.skip("needs the two logical CPUs set up by conftest.py")
+  out = []
+  for dist in ("one_device", "mirrored"):
+    c = _sinusoid_config("maml")
+    c.distribution, c.eval_batch_size = dist, 6
+    trainer = train_lib.Trainer(c, str(tmp_path / dist))
+    metrics, _ = trainer.train_chunk(trainer.train_iterator(0), 2)
+    out.append((metrics, _values(trainer), trainer.evaluate()))
+  for a, b in zip(out[0][1], out[1][1]):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+  assert out[1][0]["loss"] == pytest.approx(out[0][0]["loss"], rel=1e-5)
+  assert out[1][2]["loss"] == pytest.approx(out[0][2]["loss"], rel=1e-5)
+
+
+# -- Omniglot: the official one-shot runs ---------------------------------------------
+def test_one_shot_runs_in_the_eval_graph_match_the_reference_scorer(data_dir, tmp_path):
+  c = _sgd(_config("omniglot_20way"))
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
+  c.model.conv_widths = (8, 8, 8, 8)
+  c.meta.eval_episodes, c.eval_batch_size = 3, 4  # 3 episodes + 20 runs + 1 padding
+  c.meta.eval_inner_steps = 2
+  trainer = train_lib.Trainer(c, str(tmp_path))
+  task = trainer.task
+  assert len(task.runs) == 20 and task.train_data.num_classes == 4 * 192
+  assert task.test_data.num_classes == 4 * 50
+  trainer.train_chunk(trainer.train_iterator(0), 3)  # move off the initial weights
+  ev = trainer.evaluate()
+  reference = task.one_shot_error_rate()
+  assert ev["one_shot_error"] == pytest.approx(reference, abs=1e-6)
+  assert 0.0 <= reference <= 1.0 and reference * 400 == pytest.approx(round(reference * 400))
+
+
+# -- configs ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", META_CONFIGS)
+def test_meta_configs_validate_and_build(name, data_dir):
+  c = _config(name)
+  config_lib.validate(c)
+  assert c.task in meta_tasks.TASKS
+  second_order = c.meta.learner in ("maml", "metasgd", "anil")
+  assert c.jit_compile == ("false" if second_order else "auto"), "XLA off for second order"
+  if c.task == "few_shot":
+    c.data.data_dir = str(data_dir / "omniglot")
+    c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
+  task = meta_tasks.MetaLearningTask(c)
+  assert task.learner.inner_steps == c.meta.inner_steps
+  counts = task.describe()
+  assert counts["trainable"] == sum(int(np.prod(v.shape)) for v in task.trainable_variables)
+  if name == "omniglot_20way":
+    assert len(task.runs) == 20
+
+
+def test_meta_config_errors_name_the_field(data_dir):
+  c = _config("omniglot_maml")
+  with pytest.raises(ValueError, match="config.data.data_dir is empty"):
+    meta_tasks.MetaLearningTask(c)
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
+  c.meta.one_shot_runs = "all_runs.zip"
+  with pytest.raises(ValueError, match="config.meta.one_shot_runs.*num_ways=20"):
+    meta_tasks.MetaLearningTask(c)
+  c.meta.one_shot_runs, c.meta.learner = "", "reptile"
+  with pytest.raises(ValueError, match="config.meta.learner='reptile'"):
+    meta_tasks.MetaLearningTask(c)
+  c = _sinusoid_config()
+  c.meta.num_shots = 0
+  with pytest.raises(ValueError, match="config.meta.num_shots"):
+    tasks.build_task(c)

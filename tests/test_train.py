@@ -1,0 +1,122 @@
+"""The one train loop end to end: accuracy on real data, resume, NaN guard, summaries."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet import train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+def _small_config(**overrides):
+  c = digits_hyper.get_config()
+  c.num_steps = 60
+  c.log_every = 20
+  c.eval_every = 60
+  c.checkpoint_every = 20
+  c.optim.schedule = "constant"
+  for k, v in overrides.items():
+    node = c
+    *parents, leaf = k.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = v
+  return c
+
+
+def _checkpoint_values(workdir):
+  reader = tf.train.load_checkpoint(os.path.join(workdir, "checkpoints"))
+  # Everything but the save counter: weights, optimiser slots and step.
+  names = [n for n, _ in tf.train.list_variables(os.path.join(workdir, "checkpoints"))
+           if not n.startswith(("save_counter", "_CHECKPOINTABLE"))]
+  return {n: reader.get_tensor(n) for n in names}
+
+
+def _scalar_tags(logdir):
+  tags = {}
+  for f in tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    for e in tf.compat.v1.train.summary_iterator(f):
+      for v in e.summary.value:
+        tags.setdefault(v.tag, []).append(e.step)
+  return tags
+
+
+@pytest.mark.slow
+def test_main_job_reaches_97_percent_on_digits(tmp_path):
+  """The README's main job, as configured: every conv and dense weight is generated."""
+  result = train_lib.train_and_evaluate(digits_hyper.get_config(), str(tmp_path))
+  assert result["accuracy"] >= 0.97, result
+  assert result["params/generated"] == result["params/target"] > 0
+  assert result["params/trainable"] == result["params/source"]  # nothing trained directly
+  with open(tmp_path / "final_metrics.json") as f:
+    assert json.load(f)["accuracy"] == pytest.approx(result["accuracy"])
+  train_tags = _scalar_tags(tmp_path / "train")
+  for tag in ("loss", "accuracy", "learning_rate", "steps_per_sec", "grad_norm"):
+    assert tag in train_tags, train_tags.keys()
+  assert max(train_tags["loss"]) == 3000
+  assert "accuracy" in _scalar_tags(tmp_path / "eval") and "config" in train_tags
+
+
+def test_resume_matches_uninterrupted_run(tmp_path):
+  straight = train_lib.train_and_evaluate(_small_config(), str(tmp_path / "a"))
+  first = train_lib.train_and_evaluate(_small_config(num_steps=40), str(tmp_path / "b"))
+  assert first["step"] == 40
+  resumed = train_lib.train_and_evaluate(_small_config(), str(tmp_path / "b"))
+  assert resumed["step"] == 60
+  a, b = _checkpoint_values(tmp_path / "a"), _checkpoint_values(tmp_path / "b")
+  assert a.keys() == b.keys() and len(a) >= 20
+  for k in a:
+    np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+  assert resumed["accuracy"] == pytest.approx(straight["accuracy"], abs=1e-6)
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path):
+  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  good = _checkpoint_values(tmp_path)
+  bad = _small_config(num_steps=60, **{"optim.lr": 1e30})
+  with pytest.raises(train_lib.NonFiniteLossError, match=r"at step (2[1-9]|3\d|40)\b"):
+    train_lib.train_and_evaluate(bad, str(tmp_path))
+  manager_state = tf.train.get_checkpoint_state(str(tmp_path / "checkpoints"))
+  assert manager_state.model_checkpoint_path.endswith("ckpt-20")
+  after = _checkpoint_values(tmp_path)
+  for k in good:
+    np.testing.assert_array_equal(good[k], after[k])
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_last_checkpoint(tmp_path):
+  """Kill -9 the real command line mid-run, rerun it, and it continues the step count."""
+  cmd = [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+         f"--workdir={tmp_path}", "--config.num_steps=100000", "--config.checkpoint_every=200",
+         "--config.log_every=200", "--config.eval_every=0"]
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ckpt_dir = tmp_path / "checkpoints"
+  deadline = time.time() + 240
+  while time.time() < deadline and not (
+      ckpt_dir.is_dir() and any(f.name.startswith("ckpt-") and f.name.endswith(".index")
+                                for f in ckpt_dir.iterdir())):
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    time.sleep(0.5)
+  time.sleep(1.0)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait(timeout=30)
+  saved = tf.train.latest_checkpoint(str(ckpt_dir))
+  assert saved is not None
+  saved_step = int(saved.rsplit("-", 1)[1])
+  total = saved_step + 200
+  rerun = subprocess.run(cmd[:-3] + [f"--config.num_steps={total}", "--config.log_every=200",
+                                     "--config.eval_every=0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert f"Resumed from {saved} at step {saved_step}" in rerun.stderr
+  with open(tmp_path / "final_metrics.json") as f:
+    assert json.load(f)["step"] == total
