@@ -223,7 +223,7 @@ def base_config():
   import ml_collections  # pylint: disable=g-import-not-at-top
   c = ml_collections.ConfigDict()
   c.seed = 0
-  c.task = "classification"
+  c.task = "classification"   # classification | multitask_classification
   c.num_steps = 1000
   c.batch_size = 64
   c.eval_batch_size = 256
@@ -243,22 +243,38 @@ def base_config():
   c.data.augment_flip = False  # random left-right flips
 
   c.model = ml_collections.ConfigDict()
-  c.model.name = "cnn"
+  c.model.name = "cnn"         # cnn | mobilenet_v2 (keras.applications, weights=None)
   c.model.conv_widths = (32, 64)
   c.model.kernel_size = 3
   c.model.pool = "max"
   c.model.dense_widths = (64,)
   c.model.batch_norm = False
   c.model.dropout = 0.0
+  c.model.alpha = 0.35         # mobilenet_v2: width multiplier
+  c.model.image_size = 32      # mobilenet_v2: images are resized to this (>= 32)
+  c.model.bn_momentum = 0.0    # mobilenet_v2: BatchNorm momentum (0: the application's 0.999)
 
   c.hypernet = ml_collections.ConfigDict()
-  c.hypernet.kind = "none"     # none | chunked
+  c.hypernet.kind = "none"     # none | mlp | chunked | static
   c.hypernet.targets = "*"     # glob/regex patterns of generated target weights
   c.hypernet.train_rest = True  # train target weights that are not generated
-  c.hypernet.chunk_size = 1024
-  c.hypernet.chunk_emb_dim = 32
-  c.hypernet.hidden = (64,)
   c.hypernet.init = "hyperfan_in"  # hyperfan_in | hyperfan_out | glorot
+  c.hypernet.hidden = (64,)    # mlp trunk / chunked generator hidden widths
+  c.hypernet.embedding_dim = 8  # mlp: learned input embedding size
+  c.hypernet.chunk_size = 1024  # chunked
+  c.hypernet.chunk_emb_dim = 32  # chunked
+  c.hypernet.z_dim = 4         # static (Ha et al. 2016): layer embedding size N_z
+  c.hypernet.static_hidden_dim = 0  # static: d (0: d = N_z)
+  c.hypernet.slice_channels = (16, 16)  # static: (N_in, N_out) of one basic kernel tile
+  c.hypernet.num_conditions = 0  # > 0: conditional, one learned embedding per task id
+  c.hypernet.condition_dim = 8   # size of a task embedding
+  c.hypernet.quantize = "none"   # none | binary | ternary | int8 (straight-through)
+  c.hypernet.quantize_targets = "*kernel"  # generated paths that are quantised
+
+  # task = "multitask_classification": the batch is split among num_conditions tasks;
+  # task t relabels class y as (y + t) mod num_classes when label_shift is set.
+  c.multitask = ml_collections.ConfigDict()
+  c.multitask.label_shift = True
 
   # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/meta_tasks.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the

@@ -71,6 +71,55 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
   return keras.Sequential(layers, name=name)
 
 
+def make_mobilenet_v2(input_shape: Tuple[int, int, int], num_classes: int, *,
+                      alpha: float = 0.35, image_size: int = 32,
+                      bn_momentum: float = 0.0,
+                      name: str = "mobilenet_v2_target") -> keras.Model:
+  """A ``keras.applications.MobileNetV2`` (Sandler et al. 2018) body, untrained, as a target.
+
+  ``input [H, W, C] -> Resizing(image_size) -> MobileNetV2(include_top=False,
+  weights=None, pooling="avg") -> Dense(num_classes, name="head")``: a Functional model
+  with the application nested inside it. Its weight paths are the application's own
+  layer names (``"Conv1/kernel"``, ``"block_1_expand/kernel"``,
+  ``"block_1_depthwise/depthwise_kernel"``, ``"bn_Conv1/gamma"``, ...) plus
+  ``"head/kernel"``, ``"head/bias"``; BatchNorm moving statistics are non-trainable state.
+
+  Args:
+    input_shape: ``(H, W, C)`` of one image (any number of channels).
+    num_classes: output width; outputs are float32 logits ``[B, num_classes]``.
+    alpha: MobileNetV2 width multiplier (0.35, 0.5, 0.75, 1.0, ...).
+    image_size: the side images are resized to (bilinear); at least 32 (the
+      application's minimum).
+    bn_momentum: if in ``(0, 1)``, the momentum of every BatchNorm moving average
+      (the application uses 0.999: on a run of a few thousand steps from scratch its
+      moving statistics lag the weights, and inference-mode accuracy stays at chance);
+      0 keeps the application's.
+    name: model name.
+
+  Raises:
+    ValueError: ``image_size < 32`` or ``bn_momentum`` outside ``[0, 1)``.
+  """
+  if image_size < 32:
+    raise ValueError(f"config.model.image_size={image_size}: MobileNetV2 needs at least 32.")
+  if not 0.0 <= bn_momentum < 1.0:
+    raise ValueError(f"config.model.bn_momentum={bn_momentum} must be in [0, 1) (0: keep "
+                     "the application's 0.999).")
+  body = keras.applications.MobileNetV2(
+      input_shape=(image_size, image_size, int(input_shape[2])), alpha=alpha,
+      include_top=False, weights=None, pooling="avg")
+  inputs = keras.Input(tuple(input_shape))
+  h = inputs
+  if tuple(input_shape[:2]) != (image_size, image_size):
+    h = keras.layers.Resizing(image_size, image_size, name="resize")(h)
+  h = body(h)
+  if bn_momentum:
+    for layer in body.layers:
+      if isinstance(layer, keras.layers.BatchNormalization):
+        layer.momentum = bn_momentum
+  outputs = keras.layers.Dense(num_classes, name="head")(h)
+  return keras.Model(inputs, outputs, name=name)
+
+
 def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> keras.Model:
   """Builds the target network named by ``config.name`` (``config`` = ``config.model``).
 
@@ -82,5 +131,8 @@ def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> 
                     kernel_size=config.kernel_size, pool=config.pool,
                     dense_widths=tuple(config.dense_widths), batch_norm=config.batch_norm,
                     dropout=config.dropout)
+  if config.name == "mobilenet_v2":
+    return make_mobilenet_v2(input_shape, num_classes, alpha=config.alpha,
+                             image_size=config.image_size, bn_momentum=config.bn_momentum)
   raise ValueError(f"config.model.name={config.name!r} is not a known target network; "
-                   "known: ['cnn'].")
+                   "known: ['cnn', 'mobilenet_v2'].")

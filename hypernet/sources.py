@@ -7,17 +7,19 @@ does not produce are read from the target's own variables, and are trained direc
 unless frozen.
 
 * :class:`IdentitySource` -- plain training: the target's own variables.
-* :class:`HypernetworkSource` -- a hypernetwork generates the selected weights.
+* :class:`HypernetworkSource` -- a hypernetwork (MLP, chunked, Ha et al. static; any of
+  them conditional) generates the selected weights, optionally quantised.
 """
 from __future__ import annotations
 
+import fnmatch
 from typing import Dict, List, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import functional
+from hypernet import functional, ops
 
 
 class WeightSource:
@@ -87,17 +89,55 @@ class HypernetworkSource(WeightSource):
   Args:
     target: the target network.
     hypernetwork: a Keras model whose call ``hypernetwork(context)`` returns
-      ``{path: tensor}`` for exactly ``generated_paths``.
+      ``{path: tensor}`` for exactly ``generated_paths`` (any kind in
+      :mod:`hypernet.hypernetworks`).
     train_rest: train the target weights that are not generated (else frozen at init).
+    quantize: ``"none"``, ``"binary"``, ``"ternary"`` or ``"int8"``: the target runs on
+      quantised generated weights while the gradient reaches the hypernetwork straight
+      through (:mod:`hypernet.ops`; BinaryConnect / TWN / int8 fake quantisation). One
+      scale per tensor, and per weight set for a batch of weight sets.
+    quantize_targets: glob pattern(s) of the generated paths to quantise (e.g.
+      ``"*kernel"``); the others pass unchanged.
+
+  Raises:
+    ValueError: an unknown ``quantize`` (lists the kinds) or a ``quantize_targets``
+      pattern that matches no generated path (lists them).
   """
 
-  def __init__(self, target: keras.Model, hypernetwork: keras.Model, train_rest: bool = True):
+  def __init__(self, target: keras.Model, hypernetwork: keras.Model, train_rest: bool = True,
+               quantize: str = "none", quantize_targets="*kernel"):
     super().__init__(target, train_rest)
     self.hypernetwork = hypernetwork
     self.generated_paths = list(hypernetwork.target_spec)
+    if quantize not in ops.QUANTIZERS:
+      raise ValueError(f"config.hypernet.quantize={quantize!r} is unknown; known: "
+                       f"{sorted(ops.QUANTIZERS)}.")
+    self.quantize = quantize
+    self.quantized_paths: List[str] = []
+    if quantize != "none":
+      pats = ([p.strip() for p in quantize_targets.split(",") if p.strip()]
+              if isinstance(quantize_targets, str) else list(quantize_targets))
+      for pat in pats:
+        if not any(fnmatch.fnmatchcase(p, pat) for p in self.generated_paths):
+          raise ValueError(f"config.hypernet.quantize_targets pattern {pat!r} matches no "
+                           f"generated path; generated: {self.generated_paths}")
+      self.quantized_paths = [p for p in self.generated_paths
+                              if any(fnmatch.fnmatchcase(p, pat) for pat in pats)]
 
   def weights(self, context=None) -> Dict[str, tf.Tensor]:
-    return self.hypernetwork(context)
+    """Generated weights ``{path: tensor}`` (``[S, ...]`` for ``S`` conditions),
+    quantised where configured."""
+    weights = dict(self.hypernetwork(context))
+    if self.quantize == "none":
+      return weights
+    quantizer = ops.QUANTIZERS[self.quantize]
+    for path in self.quantized_paths:
+      w = weights[path]
+      rank = len(self.hypernetwork.target_spec[path].shape)
+      # A batch of weight sets gets one scale per set: reduce over all but the set axis.
+      axis = tuple(range(1, rank + 1)) if w.shape.rank == rank + 1 else None
+      weights[path] = quantizer(w, axis=axis)
+    return weights
 
   @property
   def own_variables(self):
@@ -107,24 +147,68 @@ class HypernetworkSource(WeightSource):
     return dict(super().trackables(), hypernetwork=self.hypernetwork)
 
 
+KINDS = ("none", "mlp", "chunked", "static")
+
+
+def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype=None):
+  """Builds the hypernetwork named by ``hc.kind`` (``hc`` = ``config.hypernet``).
+
+  Args:
+    hc: the ``config.hypernet`` fields: ``kind`` (mlp | chunked | static), ``init``,
+      ``num_conditions``, ``condition_dim``, and per kind ``embedding_dim``/``hidden``
+      (mlp), ``chunk_size``/``chunk_emb_dim``/``hidden`` (chunked), ``z_dim``,
+      ``static_hidden_dim``, ``slice_channels`` (static).
+    target_spec: ``{path: tf.TensorSpec}`` of the weights to generate.
+    target_values: ``{path: array}`` initial target values (init statistics).
+    seed: initialiser seed.
+    dtype: the hypernetwork's Keras dtype policy; ``None``: ``"float64"`` for a float64
+      target (finite-difference checks), else the global policy (``config.dtype_policy``,
+      e.g. mixed_bfloat16).
+
+  Raises:
+    ValueError: an unknown kind (lists the known ones), or a kind's own errors.
+  """
+  if dtype is None and next(iter(target_spec.values())).dtype == tf.float64:
+    dtype = "float64"
+  common = dict(target_values=target_values, init=hc.init, num_conditions=hc.num_conditions,
+                condition_dim=hc.condition_dim if hc.num_conditions else 0,
+                seed=seed, dtype=dtype)
+  if hc.kind == "mlp":
+    from hypernet.hypernetworks.mlp import MLPHypernetwork  # pylint: disable=g-import-not-at-top
+    return MLPHypernetwork(target_spec, embedding_dim=hc.embedding_dim,
+                           hidden=tuple(hc.hidden), **common)
+  if hc.kind == "chunked":
+    from hypernet.hypernetworks.chunked import ChunkedHypernetwork  # pylint: disable=g-import-not-at-top
+    return ChunkedHypernetwork(target_spec, chunk_size=hc.chunk_size,
+                               chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden), **common)
+  if hc.kind == "static":
+    from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
+    slice_in, slice_out = (int(c) for c in hc.slice_channels)
+    return StaticHypernetwork(target_spec, z_dim=hc.z_dim, hidden_dim=hc.static_hidden_dim,
+                              slice_in=slice_in, slice_out=slice_out, **common)
+  raise ValueError(f"config.hypernet.kind={hc.kind!r} is unknown; known: {list(KINDS)}.")
+
+
 def build_weight_source(config, target: keras.Model) -> WeightSource:
   """Builds the weight source named by ``config.hypernet.kind`` for ``target``.
 
-  ``config.hypernet.kind``: ``"none"`` (train the target directly) or ``"chunked"``.
-  ``config.hypernet.targets``: glob/regex patterns of the target paths to generate.
+  ``config.hypernet.kind``: ``"none"`` (train the target directly), ``"mlp"``,
+  ``"chunked"`` or ``"static"`` (a hypernetwork, see :func:`build_hypernetwork`; with
+  ``num_conditions > 0`` a conditional one). ``config.hypernet.targets``: glob/regex
+  patterns of the target paths to generate; ``train_rest``: train the others directly
+  (else freeze them); ``quantize`` / ``quantize_targets``: see :class:`HypernetworkSource`.
 
   Raises:
-    ValueError: an unknown kind (lists the known kinds) or a pattern matching no weight.
+    ValueError: an unknown kind (lists the known kinds), a pattern matching no weight
+      (names it and lists the paths), or a kind's own errors.
   """
   hc = config.hypernet
   if hc.kind == "none":
     return IdentitySource(target)
+  if hc.kind not in KINDS:
+    raise ValueError(f"config.hypernet.kind={hc.kind!r} is unknown; known: {list(KINDS)}.")
   spec = functional.weight_spec(target, hc.targets)
   values = {p: v.numpy() for p, v in functional.variable_paths(target).items() if p in spec}
-  if hc.kind == "chunked":
-    from hypernet.hypernetworks.chunked import ChunkedHypernetwork
-    hnet = ChunkedHypernetwork(spec, target_values=values, chunk_size=hc.chunk_size,
-                               chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden),
-                               init=hc.init, seed=config.seed)
-    return HypernetworkSource(target, hnet, train_rest=hc.train_rest)
-  raise ValueError(f"config.hypernet.kind={hc.kind!r} is unknown; known: ['none', 'chunked'].")
+  hnet = build_hypernetwork(hc, spec, values, seed=config.seed)
+  return HypernetworkSource(target, hnet, train_rest=hc.train_rest, quantize=hc.quantize,
+                            quantize_targets=hc.quantize_targets)

@@ -28,10 +28,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet.hypernetworks import init as hinit
+from hypernet.hypernetworks import base
 
 
-class ChunkedHypernetwork(keras.Model):
+class ChunkedHypernetwork(base.Hypernetwork):
   """Generates a target network's weights chunk by chunk from learned chunk embeddings.
 
   Args:
@@ -44,14 +44,18 @@ class ChunkedHypernetwork(keras.Model):
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
+    num_conditions, condition_dim: conditioning (see
+      :class:`hypernet.hypernetworks.base.Hypernetwork`); the generator's input for chunk
+      ``c`` is then ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
     seed: seed of every initialiser (int).
     dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
       policy, float32 by default; ``"float64"`` for finite-difference checks). Generated
       tensors are cast to the dtypes of ``target_spec``.
     name: Keras model name.
 
-  Calling the model (``hnet()`` or ``hnet(None)``) returns ``{path: tensor}`` with
-  each tensor of exactly the spec's shape and dtype.
+  Calling the model (``hnet()`` or ``hnet(None)``; ``hnet(ids)`` / ``hnet(vectors)`` when
+  conditional) returns ``{path: tensor}`` with each tensor of exactly the spec's shape
+  and dtype (with a leading ``S`` axis for a batch of ``S`` conditions).
 
   Raises:
     ValueError: empty ``target_spec``, non-positive sizes, or an unknown ``init``.
@@ -60,77 +64,61 @@ class ChunkedHypernetwork(keras.Model):
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
-               hidden: Sequence[int] = (64,), init: str = "hyperfan_in", seed: int = 0,
+               hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
+               num_conditions: int = 0, condition_dim: int = 0, seed: int = 0,
                dtype=None, name: str = "hypernetwork"):
-    super().__init__(name=name, dtype=dtype)
-    if not target_spec:
-      raise ValueError("target_spec is empty: the hypernetwork has no weights to generate "
-                       "(check config.hypernet.targets).")
+    super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
+                     seed=seed, dtype=dtype, name=name)
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
       raise ValueError(f"chunk_size ({chunk_size}), chunk_emb_dim ({chunk_emb_dim}) and "
                        f"hidden {tuple(hidden)} must be positive.")
-    self.target_spec = dict(target_spec)
-    self.paths = list(self.target_spec)
-    self.shapes = [tuple(int(d) for d in s.shape) for s in self.target_spec.values()]
-    self.dtypes = [s.dtype for s in self.target_spec.values()]
-    self.sizes = [int(np.prod(s)) for s in self.shapes]
-    self.num_generated = int(sum(self.sizes))
     self.chunk_size = int(chunk_size)
     self.num_chunks = -(-self.num_generated // self.chunk_size)
     self.init_mode = init
 
-    if target_values is None:
-      target_values = {p: np.zeros(s) for p, s in zip(self.paths, self.shapes)}
-    stats = hinit.target_statistics({p: target_values[p] for p in self.paths}, init)
+    stats = base.stats_for(self.target_spec, target_values, init)
     gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
     mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
     # Fixed by the target's shapes, so constants rather than checkpointed state.
-    compute_dtype = self.dtype_policy.compute_dtype
-    self._gain = tf.constant(gain, compute_dtype)
-    self._mean = tf.constant(mean, compute_dtype)
+    self._gain = tf.constant(gain, self.compute_dtype)
+    self._mean = tf.constant(mean, self.compute_dtype)
 
     self.chunk_embeddings = self.add_weight(
         shape=(self.num_chunks, int(chunk_emb_dim)), name="chunk_embeddings",
         initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
-    layer_kwargs = {"dtype": self.dtype_policy}
     # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
-    self.generator = keras.Sequential(
-        [keras.Input((int(chunk_emb_dim),), dtype=self.dtype_policy.variable_dtype)] +
-        [keras.layers.Dense(int(h), activation="relu", name=f"{name}_hidden{i + 1}",
-                            kernel_initializer=keras.initializers.HeNormal(seed=seed + 1 + i),
-                            **layer_kwargs) for i, h in enumerate(hidden)],
-        name=f"{name}_generator")
-    width = int(hidden[-1]) if hidden else int(chunk_emb_dim)
-    features = self._features()
-    mean_sq = float(tf.reduce_mean(tf.square(features)))
-    out_std = 1.0 / np.sqrt(width * max(mean_sq, 1e-12))
+    in_width = int(chunk_emb_dim) + self.condition_dim
+    self.generator = base.mlp(in_width, hidden, seed=seed + 1, dtype=self.dtype_policy,
+                              name=f"{name}_generator", layer_prefix=f"{name}_hidden")
+    width = int(hidden[-1]) if hidden else in_width
+    inputs = base.condition_grid(self.chunk_embeddings.numpy().astype(np.float64),
+                                 self.init_conditions(seed=seed))
+    mean_sq = base.second_moment(self._features(tf.constant(inputs, self.compute_dtype)))
+    out_std = 1.0 / np.sqrt(width * mean_sq)
     self.output_head = keras.layers.Dense(
-        self.chunk_size, name=f"{name}_output",
-        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101),
-        **layer_kwargs)
+        self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
     self.output_head.build((None, width))
     self.built = True
 
   def _features(self, embeddings=None) -> tf.Tensor:
-    return self.generator(self.chunk_embeddings if embeddings is None else embeddings)
+    return base.apply_rowwise(self.generator,
+                              self.chunk_embeddings if embeddings is None else embeddings)
 
-  def flat_weights(self, embeddings=None) -> tf.Tensor:
-    """All generated scalars as one vector ``[P]`` (compute dtype, before splitting)."""
-    chunks = self.output_head(self._features(embeddings))    # [C, chunk_size]
-    flat = tf.reshape(chunks, [-1])[: self.num_generated]
+  def flat_weights(self, embeddings=None, condition=None) -> tf.Tensor:
+    """All generated scalars as one vector ``[P]`` (``[S, P]`` for ``S`` conditions).
+
+    Args:
+      embeddings: chunk embeddings ``[C, d_e]`` to use instead of the learned ones.
+      condition: ``None``, ``[condition_dim]`` or ``[S, condition_dim]`` vectors.
+    """
+    e = tf.convert_to_tensor(self.chunk_embeddings if embeddings is None else embeddings)
+    chunks = base.apply_rowwise(self.output_head,
+                                self._features(base.with_condition(e, condition)))  # [(S,) C, k]
+    lead = tf.shape(chunks)[:-2]
+    flat = tf.reshape(chunks, tf.concat([lead, [-1]], 0))[..., : self.num_generated]
     return flat * self._gain + self._mean
 
-  def split(self, flat: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """Cuts a ``[P]`` vector into ``{path: tensor}`` of the target's shapes and dtypes."""
-    parts = tf.split(flat, self.sizes)
-    return {p: tf.cast(tf.reshape(t, s), d) if d != t.dtype else tf.reshape(t, s)
-            for p, t, s, d in zip(self.paths, parts, self.shapes, self.dtypes)}
-
-  def call(self, condition=None):
-    """Returns ``{path: tensor}``, the generated target weights (``condition`` unused)."""
-    del condition
-    return self.split(self.flat_weights())
-
-  def compression_ratio(self) -> float:
-    """Generated scalars per trainable hypernetwork parameter (> 1: compresses)."""
-    return self.num_generated / max(self.count_params(), 1)
+  def generate(self, condition=None):
+    """``{path: tensor}`` for condition vectors ``None``, ``[d]`` or ``[S, d]``."""
+    return self.split(self.flat_weights(condition=condition))

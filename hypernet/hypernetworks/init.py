@@ -38,7 +38,7 @@ def fans(path: str, shape) -> Tuple[int, int]:
   if len(shape) < 2:
     raise ValueError(f"{path!r} with shape {shape} is not a kernel (rank < 2).")
   receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
-  if "depthwise" in path.rsplit("/", 1)[-1]:
+  if "depthwise" in path:  # Keras 3 names it "<layer>/kernel"; older Keras "depthwise_kernel"
     return receptive, receptive * shape[-1]
   return receptive * shape[-2], receptive * shape[-1]
 

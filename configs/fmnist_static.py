@@ -1,0 +1,27 @@
+"""Static hypernetwork (Ha et al. 2016) generating both conv kernels of the
+fmnist_plain.py CNN from 16x16 tiles (conv1 [3,3,1,16]: 1 tile cropped; conv2
+[3,3,16,32]: 1 x 2 tiles); biases and dense layers trained directly.
+
+    python -m hypernet.train --config=configs/fmnist_static.py --workdir=/tmp/fmnist_static \
+      --config.data.data_dir=../shared/data/fashion-mnist
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.base_config()
+  c.data.name = "fashion_mnist"
+  c.data.data_dir = ""         # IDX folder; pass --config.data.data_dir=../shared/data/fashion-mnist
+  c.num_steps = 3000
+  c.batch_size = 64
+  c.log_every = 250
+  c.eval_every = 1000
+  c.checkpoint_every = 1000
+  c.model.conv_widths = (16, 32)
+  c.model.dense_widths = (64,)
+  c.optim.lr = 1e-3
+  c.hypernet.kind = "static"
+  c.hypernet.targets = "conv*/kernel"
+  c.hypernet.z_dim = 4
+  c.hypernet.slice_channels = (16, 16)
+  return c

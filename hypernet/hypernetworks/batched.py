@@ -1,0 +1,409 @@
+"""A batch of weight sets in one forward pass: the target network with a leading
+weight-set axis on every generated weight.
+
+A conditional hypernetwork given ``S`` task ids, or a dynamic hypernetwork producing one
+weight set per example, returns every weight with a leading axis ``S``.
+:func:`batched_functional_call` runs the target on all ``S`` weight sets at once with
+``tf.vectorized_map`` (TensorFlow's ``pfor``, Agarwal 2019, "Static automatic batching in
+TensorFlow", ICML): the model is traced once and every op is rewritten into its batched
+form, so the result equals a Python loop over the weight sets (up to float rounding)
+at the cost of one batched pass.
+
+``pfor`` has no batched form of ``Conv2D`` whose *filter* varies across the loop, and
+batches ``DepthwiseConv2dNative`` only when input and filter both vary. While a batched
+call runs (and only then), two converters are added through pfor's converter registry
+(the extension point documented in ``tensorflow/python/ops/parallel_for/pfor.py``):
+
+* ``conv="grouped"`` (default where it can be differentiated): ``S`` kernels become one
+  *grouped convolution* with ``S`` groups -- input ``[B, H, W, S C_in]``, filter
+  ``[kh, kw, C_in, S C_out]`` -- the same arithmetic as ``S`` separate convolutions in
+  one kernel launch (Conv1D runs as Conv2D in TensorFlow, so it is covered too);
+* ``conv="im2col"``: every Keras ``Conv2D`` layer computes its convolution as im2col
+  (strided slices of the padded input, concatenated) and one matmul with the flattened
+  kernel, which pfor turns into a batched matmul. TensorFlow's CPU kernels cannot
+  differentiate grouped convolutions in float64 (they go through oneDNN, float32 only),
+  so float64 weights (finite-difference checks) take this path;
+* a depthwise convolution with a shared kernel or shared input is tiled over sets first.
+
+Everything is restored when the call returns.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Dict, Iterator, List, Mapping, Optional
+
+import keras
+import tensorflow as tf
+
+from hypernet import functional, ops
+
+_LOCK = threading.RLock()
+_INSTALLED: Dict[int, list] = {}  # id(layer) -> [layer, count]
+
+
+def _out_size(size: int, k: int, stride: int, dilation: int, padding: str):
+  eff = (k - 1) * dilation + 1
+  if padding == "same":
+    out = -(-size // stride)
+    total = max((out - 1) * stride + eff - size, 0)
+    return out, total // 2, total - total // 2
+  if padding == "valid":
+    return (size - eff) // stride + 1, 0, 0
+  raise NotImplementedError(f"padding {padding!r} has no batched form (use 'same'/'valid').")
+
+
+def conv2d_im2col(x: tf.Tensor, kernel: tf.Tensor, strides=(1, 1), padding: str = "valid",
+                  dilation_rate=(1, 1)) -> tf.Tensor:
+  """2-D convolution as im2col + matmul, equal to ``tf.nn.convolution`` (channels last).
+
+  Args:
+    x: ``[B, H, W, C_in]`` float, static ``H``, ``W``.
+    kernel: ``[kh, kw, C_in, C_out]``.
+    strides, dilation_rate: pairs of ints.
+    padding: ``"same"`` (TensorFlow's SAME: the extra pixel goes after) or ``"valid"``.
+
+  Returns:
+    ``[B, H', W', C_out]``, the same values as ``tf.nn.convolution`` up to summation
+    order.
+  """
+  kh, kw, cin, cout = (int(d) for d in kernel.shape)
+  (sh, sw), (dh, dw) = strides, dilation_rate
+  oh, top, bottom = _out_size(int(x.shape[1]), kh, sh, dh, padding)
+  ow, left, right = _out_size(int(x.shape[2]), kw, sw, dw, padding)
+  if top or bottom or left or right:
+    x = tf.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]])
+  cols = [x[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+          for i in range(kh) for j in range(kw)]
+  patches = cols[0] if len(cols) == 1 else tf.concat(cols, axis=-1)  # [B, oh, ow, kh kw cin]
+  return tf.einsum("bhwp,po->bhwo", patches, tf.reshape(kernel, [kh * kw * cin, cout]))
+
+
+# -- grouped convolution: a pfor converter for Conv2D with a loop-variant filter -----------
+
+def _grouped_conv2d_converter(original):
+  """Wraps pfor's Conv2D converter: a filter that varies across the loop (``S`` kernels
+  ``[S, kh, kw, cin, cout]``) becomes one grouped convolution with ``S`` groups (input
+  ``[B, H, W, S cin]``, filter ``[kh, kw, cin, S cout]``); loop-invariant filters go to
+  the original converter. Extends ``pfor`` through its documented converter registry."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+
+  def convert(pfor_input):
+    x_in, k_in = pfor_input.input(0), pfor_input.input(1)
+    if not k_in.is_stacked or pfor_input.get_attr("data_format") != b"NHWC":
+      return original(pfor_input)
+    k = k_in.t                                                     # [S, kh, kw, cin, cout]
+    kh, kw, cin, cout = (int(d) for d in k.shape[1:])  # cin: per group when grouped
+    k = tf.reshape(tf.transpose(k, [1, 2, 3, 0, 4]), [kh, kw, cin, -1])
+    if x_in.is_stacked:                                            # [S, B, H, W, cin]
+      x = x_in.t
+      shape = tf.shape(x)
+      x = tf.reshape(tf.transpose(x, [1, 2, 3, 0, 4]),
+                     tf.stack([shape[1], shape[2], shape[3], shape[0] * shape[4]]))
+    else:                                                          # [B, H, W, cin]
+      x = tf.tile(x_in.t, tf.stack([1, 1, 1, pfor_input.pfor.loop_len_vector[0]]))
+    y = pfor_lib._create_op(  # pylint: disable=protected-access
+        "Conv2D", [x, k], [t.dtype for t in pfor_input.outputs],
+        attrs=pfor_input.op.node_def.attr).outputs[0]             # [B, H', W', S cout]
+    ys = tf.shape(y)
+    y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], -1, cout]))
+    return [pfor_lib.wrap(tf.transpose(y, [3, 0, 1, 2, 4]), True)]
+
+  return convert
+
+
+def _stacking_converter(original):
+  """Wraps pfor's DepthwiseConv2dNative converter, which needs both the input and the
+  filter to vary across the loop: a loop-invariant one (a shared depthwise kernel, or
+  inputs shared by every weight set) is tiled first."""
+
+  def convert(pfor_input):
+    if not all(t.is_stacked for t in pfor_input.inputs):
+      pfor_input.stack_inputs()
+    return original(pfor_input)
+
+  return convert
+
+
+_PATCHED: Dict[str, list] = {}  # op type -> [active contexts, original converter]
+
+
+@contextlib.contextmanager
+def _patched_converters(factories) -> Iterator[None]:
+  """Installs ``{op_type: factory(original) -> converter}`` in pfor's converter registry
+  for the duration of the context (reference counted, thread safe)."""
+  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+  with _LOCK:
+    for op_type, factory in factories.items():
+      entry = _PATCHED.setdefault(op_type, [0, None])
+      if not entry[0]:
+        entry[1] = registry[op_type]
+        registry[op_type] = factory(entry[1])
+      entry[0] += 1
+  try:
+    yield
+  finally:
+    with _LOCK:
+      for op_type in factories:
+        entry = _PATCHED[op_type]
+        entry[0] -= 1
+        if not entry[0]:
+          registry[op_type] = entry[1]
+
+
+_PROBED: Dict[str, bool] = {}
+
+
+def _has_registry() -> bool:
+  try:
+    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+    registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+    return "Conv2D" in registry and "DepthwiseConv2dNative" in registry and hasattr(pfor_lib, "wrap")
+  except (ImportError, AttributeError):
+    return False
+
+
+def grouped_conv_available(dtype=tf.float32) -> bool:
+  """Whether grouped convolutions *and their gradients* run here in ``dtype``.
+
+  TensorFlow's CPU kernels differentiate grouped convolutions only through oneDNN
+  (float32, bfloat16; "Gradients for grouped convolutions are not supported on CPU"
+  otherwise, e.g. float64 or with ``TF_ENABLE_ONEDNN_OPTS=0``); GPUs support them. This
+  runs a tiny grouped convolution and its gradient once per dtype (eagerly, also when
+  called inside a ``tf.function``) and caches the answer. Also False when this
+  TensorFlow lacks pfor's converter registry.
+  """
+  dtype = tf.as_dtype(dtype)
+  if dtype.name in _PROBED:
+    return _PROBED[dtype.name]
+  ok = _has_registry()
+  if ok:
+    with tf.init_scope():
+      try:
+        x = tf.ones([1, 3, 3, 4], dtype)
+        k = tf.ones([2, 2, 2, 2], dtype)
+        with tf.GradientTape() as tape:
+          tape.watch([x, k])
+          y = tf.nn.conv2d(x, k, 1, "VALID")
+        gx, gk = tape.gradient(y, [x, k])
+        ok = bool(gx is not None and gk is not None and gk.shape == k.shape)
+      except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
+              tf.errors.NotFoundError):
+        ok = False
+  _PROBED[dtype.name] = ok
+  return ok
+
+
+# -- im2col: Conv layers computed as strided slices + one matmul --------------------------
+
+def _vectorizable_conv_op(layer):
+
+  def convolution_op(inputs, kernel):
+    return conv2d_im2col(inputs, kernel, tuple(layer.strides), layer.padding,
+                         tuple(layer.dilation_rate))
+
+  return convolution_op
+
+
+def _conv_layers(model, batched_paths, conv: str) -> List[keras.layers.Layer]:
+  """Conv1D/Conv2D layers of ``model``; raises for a batched kernel with no batched form."""
+  from keras.src.layers.convolutional.base_conv import BaseConv  # pylint: disable=g-import-not-at-top
+  found = []
+  for path, layer in ops.layer_paths(model).items():
+    if not isinstance(layer, BaseConv):
+      continue
+    kernel_path = functional._relative_path(model, layer.kernel)  # pylint: disable=protected-access
+    supported = (layer.rank in (1, 2) and layer.data_format == "channels_last"
+                 and not isinstance(layer, (keras.layers.Conv1DTranspose,
+                                            keras.layers.Conv2DTranspose)))
+    if conv == "im2col":  # Conv1D calls ops.conv itself, not convolution_op.
+      supported = (supported and layer.rank == 2 and layer.groups == 1
+                   and layer.padding in ("same", "valid"))
+    if supported:
+      found.append(layer)
+    elif kernel_path in batched_paths:
+      raise NotImplementedError(
+          f"Layer {path!r} ({type(layer).__name__}, rank {layer.rank}, groups "
+          f"{layer.groups}, padding {layer.padding!r}) has no vectorised form for a batch of "
+          f"kernels with conv={conv!r}; use parallel='map_fn' or do not generate its kernel.")
+  return found
+
+
+@contextlib.contextmanager
+def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterator[None]:
+  """Context manager: inside it, ``tf.vectorized_map`` can batch ``model``'s convolutions
+  over kernels.
+
+  ``conv="grouped"``: pfor turns a Conv2D (and Conv1D, which TensorFlow runs as Conv2D)
+  whose filter varies across the loop into one grouped convolution. ``conv="im2col"``:
+  the model's Conv1D/Conv2D layers compute :func:`conv2d_im2col` instead (one instance
+  attribute per layer, removed on exit). Either way nothing changes outside the context.
+
+  Raises:
+    NotImplementedError: a layer whose kernel is in ``batched_paths`` has no batched
+      form (transposed or 3-D convolutions; for im2col also grouped ones and causal
+      padding).
+    ValueError: an unknown ``conv``.
+  """
+  if conv not in ("grouped", "im2col"):
+    raise ValueError(f"conv={conv!r}; use 'grouped' or 'im2col'.")
+  layers = _conv_layers(model, set(batched_paths), conv)
+  factories = {"DepthwiseConv2dNative": _stacking_converter} if _has_registry() else {}
+  if conv == "grouped":
+    factories["Conv2D"] = _grouped_conv2d_converter
+    layers = []
+  with contextlib.ExitStack() as stack:
+    if factories:
+      stack.enter_context(_patched_converters(factories))
+    with _LOCK:
+      for layer in layers:
+        entry = _INSTALLED.get(id(layer))
+        if entry is None:
+          object.__setattr__(layer, "convolution_op", _vectorizable_conv_op(layer))
+          _INSTALLED[id(layer)] = [layer, 1]
+        else:
+          entry[1] += 1
+    try:
+      yield
+    finally:
+      with _LOCK:
+        for layer in layers:
+          entry = _INSTALLED[id(layer)]
+          entry[1] -= 1
+          if not entry[1]:
+            del _INSTALLED[id(layer)]
+            object.__delattr__(layer, "convolution_op")
+
+
+def num_weight_sets(weights: Mapping[str, tf.Tensor], model: Optional[keras.Model] = None):
+  """The common leading size ``S`` of a batched weight dict (int, or a scalar tensor
+  when only known at run time).
+
+  Raises:
+    ValueError: an empty dict; a weight whose rank is not its variable's rank + 1 (needs
+      ``model``); two weights with different static leading sizes (names both).
+  """
+  if not weights:
+    raise ValueError("A batched call needs at least one batched weight (got none).")
+  variables = functional.variable_paths(model) if model is not None else {}
+  first_path, first = None, None
+  for path, w in weights.items():
+    w = tf.convert_to_tensor(w)
+    if path in variables and w.shape.rank != len(variables[path].shape) + 1:
+      raise ValueError(
+          f"Batched weight {path!r} must have shape [S, *{tuple(variables[path].shape)}] "
+          f"(a leading weight-set axis); given shape {tuple(w.shape)}.")
+    s = w.shape[0]
+    if s is None:
+      continue
+    if first is None:
+      first_path, first = path, s
+    elif s != first:
+      raise ValueError(
+          f"Every batched weight needs the same number of weight sets: {path!r} has {s} "
+          f"along its leading axis but {first_path!r} has {first}.")
+  if first is not None:
+    return first
+  return tf.shape(tf.convert_to_tensor(next(iter(weights.values()))))[0]
+
+
+def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor], *inputs,
+                            shared_inputs: bool = False, per_example: bool = False,
+                            training: Optional[bool] = False, return_state: bool = False,
+                            state: Optional[Mapping[str, tf.Tensor]] = None,
+                            parallel: str = "vectorized_map", conv: str = "auto"):
+  """Runs ``model`` on ``S`` weight sets at once.
+
+  Equals ``tf.stack([functional_call(model, {p: w[s] for p, w in weights.items()},
+  *inputs_s, ...) for s in range(S)])`` (tested to 1e-5), without the loop.
+
+  Args:
+    model: a built Keras 3 model (any kind, see :func:`hypernet.functional.functional_call`).
+    weights: ``{path: [S, *variable shape]}``; paths not given come from the model's own
+      variables and are shared by every set.
+    *inputs: the model's inputs. By default each has a leading weight-set axis:
+      ``[S, B, ...]`` (set ``s`` runs on its own batch ``inputs[s]``, e.g. one task's
+      examples). With ``shared_inputs=True`` they are ``[B, ...]``, run under every set.
+      With ``per_example=True`` they are ``[S, ...]``: one example per weight set
+      (dynamic hypernetworks, per-example weights).
+    shared_inputs, per_example: see ``inputs`` (not both).
+    training: passed to the model (BatchNorm uses each set's own batch statistics).
+    return_state: also return the new non-trainable state, ``{path: [S, ...]}`` (one
+      state per weight set; e.g. average BatchNorm statistics over sets to share them).
+    state: non-trainable state ``{path: tensor}`` shared by every set.
+    parallel: ``"vectorized_map"`` (one batched pass) or ``"map_fn"`` (a ``tf.map_fn``
+      while loop, for layers with no vectorised form).
+    conv: how convolutions with per-set kernels are vectorised: ``"grouped"`` (one
+      grouped convolution), ``"im2col"`` (slices + batched matmul) or ``"auto"``
+      (grouped where grouped convolutions can be differentiated in the weights' dtype,
+      see :func:`grouped_conv_available`; else im2col); see :func:`vectorizable_convs`.
+
+  Returns:
+    The model's outputs with a leading ``S`` axis (``[S, B, ...]``; ``[S, ...]`` for
+    ``per_example``), and with ``return_state`` the pair ``(outputs, new_state)``.
+
+  Raises:
+    ValueError: weights with different numbers of weight sets or missing the leading
+      axis, inputs whose leading size differs from the number of weight sets (names
+      them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``; and
+      everything :func:`~hypernet.functional.functional_call` raises.
+    NotImplementedError: a generated conv kernel with no vectorised form.
+  """
+  if shared_inputs and per_example:
+    raise ValueError("Choose shared_inputs or per_example, not both.")
+  if parallel not in ("vectorized_map", "map_fn"):
+    raise ValueError(f"parallel={parallel!r}; use 'vectorized_map' or 'map_fn'.")
+  weights = {p: tf.convert_to_tensor(w) for p, w in weights.items()}
+  num_sets = num_weight_sets(weights, model)
+  inputs = [tf.convert_to_tensor(x) for x in inputs]
+  if not shared_inputs:
+    for i, x in enumerate(inputs):
+      if isinstance(num_sets, int) and x.shape.rank and x.shape[0] is not None \
+          and x.shape[0] != num_sets:
+        raise ValueError(
+            f"inputs[{i}] has {x.shape[0]} entries along its leading (weight-set) axis but "
+            f"there are {num_sets} weight sets; give inputs [S, B, ...] (or [S, ...] with "
+            "per_example=True), or shared_inputs=True for inputs [B, ...].")
+
+  def one(args):
+    w, xs = args
+    if per_example:
+      xs = [x[None] for x in xs]
+    result = functional.functional_call(model, w, *xs, training=training,
+                                        return_state=return_state, state=state)
+    if per_example:
+      out = result[0] if return_state else result
+      out = tf.nest.map_structure(lambda t: t[0], out)
+      result = (out, result[1]) if return_state else out
+    # Unchanged state comes back as the variable itself; pfor needs tensors.
+    return tf.nest.map_structure(tf.convert_to_tensor, result)
+
+  if shared_inputs:
+    fn = lambda w: one((w, inputs))
+    elems = weights
+  else:
+    fn = one
+    elems = (weights, inputs)
+  if parallel == "map_fn":
+    return tf.map_fn(fn, elems, fn_output_signature=_signature(model, fn, elems))
+  if conv == "auto":
+    dtypes = {w.dtype for w in weights.values() if w.dtype.is_floating} or {tf.float32}
+    conv = "grouped" if all(grouped_conv_available(d) for d in dtypes) else "im2col"
+  with vectorizable_convs(model, list(weights), conv):
+    return tf.vectorized_map(fn, elems, fallback_to_while_loop=False)
+
+
+def _signature(model, fn, elems):
+  """Output signature for tf.map_fn, from tracing ``fn`` on one element (not running it)."""
+  del model
+  spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), elems)
+  out = tf.function(fn).get_concrete_function(spec).structured_outputs
+  return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), out)
+
+
+def reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """Turns a per-weight-set state ``{path: [S, ...]}`` into one shared state: the mean
+  over sets for float entries (BatchNorm moving statistics), the first set's value for
+  the others (RNG seed state, identical across sets)."""
+  return {p: (tf.reduce_mean(v, 0) if v.dtype.is_floating else v[0]) for p, v in state.items()}

@@ -1,0 +1,126 @@
+"""Full MLP hypernetwork: a shared MLP trunk and one linear output head per target tensor.
+
+The hypernetwork of Ha, Dai & Le 2016 in its plainest form, as in hypnettorch's
+``HMLP`` (von Oswald et al. 2020, "Continual learning with hypernetworks", ICLR):
+
+    x   = [z ; c]                    z: learned input embedding, c: condition (if any)
+    h   = MLP(x)                     ReLU hidden layers (He-normal), width d_h at the end
+    W_t = reshape(H_t h + b_t)       one linear head (H_t [d_h, |W_t|], b_t [|W_t|]) per tensor
+
+Each head has ``(d_h + 1) |W_t|`` parameters, so this kind *expands* the parameter count
+(compression ratio below 1): it is the reference kind, the others compress. The heads are
+stored side by side as the column blocks of one Dense layer ``[d_h, P]`` (one matmul;
+block ``t`` is ``H_t``, see :meth:`MLPHypernetwork.head_columns`).
+
+Initialisation (hyperfan, Chang, Flokas & Lipson 2020, "Principled Weight Initialization
+for Hypernetworks", ICLR, Sec. 4): the raw head output ``r_t[j] = sum_k H_t[j, k] h_k``
+has variance ``d_h Var(H_t) E[h^2]``; with ``E[h^2]`` measured on the initial trunk
+features (over all initial condition embeddings) every head is drawn with
+``Var(H_t) = 1 / (d_h E[h^2])`` and ``b_t = 0``, so ``r_t`` has unit variance. A fixed
+per-tensor gain and offset (constants, not parameters) give the generated tensor
+
+    W_t = sigma_t * r_t + mu_t
+
+the target mean ``mu_t`` (1 for BatchNorm gamma) and variance ``sigma_t^2`` of
+:mod:`hypernet.hypernetworks.init` (He ``2 / fan_in`` for hyperfan-in, ``2 / fan_out``
+for hyperfan-out, Glorot otherwise). Putting ``sigma_t`` in a constant rather than in the
+head's initial scale is the "equalised learning rate" of Karras et al. 2018 (ProGAN):
+with Adam a step moves ``W_t`` by about ``lr * sigma_t * sqrt(d_h)`` rather than
+``lr * ||h||_1``, which with the scale folded into ``H_t`` is 30x a direct-training step
+and diverges at ``lr = 1e-3`` (measured on digits).
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hypernet.hypernetworks import base
+
+
+class MLPHypernetwork(base.Hypernetwork):
+  """One output head per target tensor on a shared MLP trunk.
+
+  Args:
+    target_spec: ``{path: tf.TensorSpec}`` of the weights to generate.
+    target_values: ``{path: array}`` initial target values (for the init mean/std of
+      non-kernel tensors); ``None``: zeros.
+    embedding_dim: size of the learned input embedding ``z`` (0 allowed only when
+      conditional: the condition is then the whole input).
+    hidden: widths of the trunk's hidden layers (ReLU); ``()`` feeds ``[z ; c]`` to the
+      heads directly.
+    init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
+    num_conditions, condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
+    seed: seed of every initialiser.
+    dtype: Keras dtype policy (``None``: the global one).
+    name: Keras model name.
+
+  Calling it: ``hnet()`` (unconditional), ``hnet(task_id)`` / ``hnet(ids [S])`` or
+  ``hnet(vector)`` / ``hnet(vectors [S, d])`` returns ``{path: tensor}`` of the spec's
+  shapes (``[S, *shape]`` for a batch of conditions).
+
+  Raises:
+    ValueError: non-positive sizes, no input at all, an unknown ``init``.
+  """
+
+  def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
+               target_values: Optional[Mapping[str, np.ndarray]] = None,
+               embedding_dim: int = 8, hidden: Sequence[int] = (32,),
+               init: str = "hyperfan_in", num_conditions: int = 0, condition_dim: int = 0,
+               seed: int = 0, dtype=None, name: str = "hypernetwork"):
+    super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
+                     seed=seed, dtype=dtype, name=name)
+    if embedding_dim < 0 or any(int(h) <= 0 for h in hidden):
+      raise ValueError(f"embedding_dim ({embedding_dim}) must be >= 0 and hidden "
+                       f"{tuple(hidden)} positive.")
+    if embedding_dim == 0 and not self.conditional:
+      raise ValueError("An unconditional MLP hypernetwork needs embedding_dim > 0 (its only "
+                       "input); set config.hypernet.embedding_dim.")
+    stats = base.stats_for(self.target_spec, target_values, init)
+    self.init_mode = init
+    self.embedding_dim = int(embedding_dim)
+    self.embedding = None
+    if self.embedding_dim:
+      self.embedding = self.add_weight(
+          shape=(self.embedding_dim,), name="embedding",
+          initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
+    width = self.embedding_dim + self.condition_dim
+    self.trunk = base.mlp(width, hidden, seed=seed + 1, dtype=self.dtype_policy,
+                          name=f"{name}_trunk", layer_prefix=f"{name}_hidden")
+    width = int(hidden[-1]) if hidden else width
+    # E[h^2] of the trunk's initial features over every initial input.
+    base_in = (self.embedding.numpy()[None].astype(np.float64) if self.embedding is not None
+               else np.zeros((1, 0)))
+    x0 = base.condition_grid(base_in, self.init_conditions(seed=seed))
+    mean_sq = base.second_moment(base.apply_rowwise(self.trunk,
+                                                    tf.constant(x0, self.compute_dtype)))
+    self.head = keras.layers.Dense(
+        self.num_generated, name=f"{name}_heads", dtype=self.dtype_policy,
+        kernel_initializer=keras.initializers.RandomNormal(
+            stddev=1.0 / np.sqrt(width * mean_sq), seed=seed + 1000))
+    self.head.build((None, width))
+    self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+    gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
+    mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
+    # Fixed by the target's shapes: constants, not parameters.
+    self._gain = tf.constant(gain, self.compute_dtype)
+    self._mean = tf.constant(mean, self.compute_dtype)
+    self.built = True
+
+  def head_columns(self, path: str) -> slice:
+    """The columns of the head's kernel ``[d_h, P]`` and bias ``[P]`` that form ``path``'s
+    head ``H_t``, ``b_t``."""
+    i = self.paths.index(path)
+    return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+  def generate(self, condition: Optional[tf.Tensor]) -> Dict[str, tf.Tensor]:
+    if self.embedding is not None:
+      x = base.with_condition(tf.convert_to_tensor(self.embedding), condition)
+    else:
+      x = condition
+    batched = x.shape.rank == 2
+    h = base.apply_rowwise(self.trunk, x if batched else x[None])      # [S or 1, d_h]
+    flat = self.head(h) * self._gain + self._mean                      # [S or 1, P]
+    return self.split(flat if batched else flat[0])
