@@ -88,12 +88,7 @@ def run_overrides(overrides: Mapping, steps: int, seed: int) -> Dict:
 
 
 def _apply(config, overrides: Mapping):
-  for key, value in overrides.items():
-    node = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  config.update_from_flattened_dict(dict(overrides))
   return config
 
 

@@ -143,12 +143,7 @@ def _config(distribution, batch_size=4, optim="sgd", lr=1.0, **kw):
 
 def _override(config, overrides):
   """Sets ``{"optim__lr": 0.1}`` style overrides (``__`` separates nested fields)."""
-  for key, value in overrides.items():
-    *parents, name = key.split("__")
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
+  config.update_from_flattened_dict({k.replace("__", "."): v for k, v in overrides.items()})
   return config
 
 

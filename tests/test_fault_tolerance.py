@@ -36,12 +36,7 @@ def _config(**overrides):
   c.checkpoint_every = 20
   c.summaries.every = 0
   c.optim.schedule = "constant"
-  for k, v in overrides.items():
-    node = c
-    *parents, leaf = k.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = v
+  c.update_from_flattened_dict(overrides)
   return c
 
 

@@ -24,12 +24,7 @@ def _small_config(**overrides):
   c.eval_every = 60
   c.checkpoint_every = 20
   c.optim.schedule = "constant"
-  for k, v in overrides.items():
-    node = c
-    *parents, leaf = k.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = v
+  c.update_from_flattened_dict(overrides)
   return c
 
 
