@@ -22,6 +22,20 @@ _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
 _ALSO_ALLOWED = {"jit_compile": (bool,)}
 
 _NONFINITE_MODES = ("stop", "skip")
+# Fields with a fixed set of values, checked before any work. The modules that act on
+# them hold the same lists (tests/test_config_lib.py checks they agree).
+CHOICES = {
+    "task": ("classification", "multitask_classification", "few_shot", "sinusoid"),
+    "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
+    "jit_compile": ("auto", "true", "false", "True", "False"),
+    "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
+    "data.name": ("digits", "fashion_mnist", "mnist", "omniglot"),
+    "model.name": ("cnn", "mobilenet_v2", "conv4"),
+    "hypernet.kind": ("none", "mlp", "chunked", "static"),
+    "optim.name": ("adam", "adamw", "sgd"),
+    "optim.schedule": ("constant", "cosine"),
+    "meta.learner": ("maml", "fomaml", "metasgd", "anil"),
+}
 
 
 class ConfigError(ValueError):
@@ -101,6 +115,13 @@ def _check_schema(config, schema, prefix: str) -> None:
 
 
 def _check_values(config) -> None:
+  flat = flatten(config)
+  for field, allowed in CHOICES.items():
+    value = flat.get(field)
+    if field in flat and (isinstance(value, bool) and field == "jit_compile"):
+      continue
+    if field in flat and value not in allowed:
+      raise ConfigError(f"config.{field}={value!r} is not one of {list(allowed)}.")
   for name in _POSITIVE_INTS:
     value = config.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

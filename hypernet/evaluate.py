@@ -96,9 +96,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
-  result = evaluate(_WORKDIR.value, _CHECKPOINT.value or None, _EXPORT.value or None,
-                    _CONDITION.value, _OUTPUT.value or None, _DATA_DIR.value)
-  print(json.dumps(result, indent=2))
+  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+  def run():
+    result = evaluate(_WORKDIR.value, _CHECKPOINT.value or None, _EXPORT.value or None,
+                      _CONDITION.value, _OUTPUT.value or None, _DATA_DIR.value)
+    print(json.dumps(result, indent=2))
+  train_lib.run_main(run, traceback=False)
 
 
 if __name__ == "__main__":

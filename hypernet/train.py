@@ -17,6 +17,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, TensorB
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file "
                                           "(configs/*.py with get_config()).",
                                           lock_config=True)
+_TRACEBACK = flags.DEFINE_bool("traceback", False, "Show the Python traceback of "
+                               "configuration, data and workdir errors too.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -24,7 +26,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.INFO)
-  train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  train_lib.run_main(lambda: train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value),
+                     _TRACEBACK.value)
 
 
 if __name__ == "__main__":

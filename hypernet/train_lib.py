@@ -215,7 +215,20 @@ class Trainer:
     """
     latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
     if latest:
-      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      changed = config_changes(self.workdir, self.config)
+      try:
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
+      except (ValueError, AssertionError, tf.errors.OpError) as e:
+        from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+        raise config_lib.ConfigError(
+            f"The checkpoint {latest} does not fit this config: the run that wrote it had a "
+            f"different config (changed here: {', '.join(changed) or 'unknown'}). Rerun with "
+            f"that run's config (saved in {os.path.join(self.workdir, 'config.json')}), or "
+            f"train in a new --workdir. [{type(e).__name__}: {str(e)[:200]}]") from e
+      if changed:
+        logging.warning("Resuming with a config that differs from the run that wrote the "
+                        "checkpoint in: %s. The new values apply from step %d on.",
+                        ", ".join(changed), self.current_step())
       # A constant learning rate is a checkpointed variable; the config of the resumed
       # run wins (schedules are recomputed from the restored iteration count anyway).
       optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
@@ -257,6 +270,40 @@ class Trainer:
 
 
 # -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
+def user_errors() -> tuple:
+  """Errors whose message tells the user what to fix; entry points print them without a
+  Python traceback (``--traceback`` shows it)."""
+  from hypernet import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+  return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
+          checkpoints.WorkdirInUseError, NonFiniteLossError)
+
+
+def run_main(fn, traceback: bool) -> None:
+  """Calls ``fn()``; a :func:`user_errors` error is logged as one message and exits 1."""
+  try:
+    fn()
+  except user_errors() as e:  # pylint: disable=catching-non-exception
+    if traceback:
+      raise
+    logging.error("%s: %s", type(e).__name__, e)
+    raise SystemExit(1) from None
+
+
+def config_changes(workdir: str, config) -> list:
+  """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
+  config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
+  is saved)."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  path = os.path.join(workdir, "config.json")
+  if not tf.io.gfile.exists(path):
+    return []
+  with tf.io.gfile.GFile(path) as f:
+    saved = config_lib.flatten(ml_collections.ConfigDict(json.load(f)))
+  now = config_lib.flatten(ml_collections.ConfigDict(json.loads(config.to_json_best_effort())))
+  return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+          if json.dumps(saved.get(k)) != json.dumps(now.get(k))]
+
+
 def _next_event(step: int, every: int, end: int) -> int:
   return min(end, (step // every + 1) * every) if every > 0 else end
 
@@ -427,8 +474,14 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   writer.flush()
   logging.info("Parameters: %s", counts)
   if is_chief:
-    with tf.io.gfile.GFile(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2))
+    # config.json describes the run that started in this workdir; a resumed run with a
+    # changed config records it beside it instead of overwriting it.
+    name = "config.json"
+    if start and tf.io.gfile.exists(os.path.join(workdir, name)):
+      name = f"config_resumed_at_{start}.json" if config_changes(workdir, config) else None
+    if name:
+      with tf.io.gfile.GFile(os.path.join(workdir, name), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
   model_summaries = summaries.ModelSummaries(trainer.task, trainer.variables, config,
                                              trainer.strategy) \
       if config.summaries.every and is_chief else None

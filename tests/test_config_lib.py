@@ -147,3 +147,21 @@ def test_config_round_trips_through_the_workdir_json():
   flat = config_lib.flatten(c)
   assert flat["optim.lr"] == 1e-3 and flat["hypernet.kind"] == "chunked"
   assert len(flat) == sum(1 for _ in config_lib.flatten(config_lib.base_config()))
+
+
+def test_choices_agree_with_the_modules_that_use_them():
+  from hypernet import distribute, sources
+  assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
+  assert config_lib.CHOICES["distribution"] == distribute.KINDS
+  assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
+
+
+@pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),
+                                         ("distribution", "mirored"), ("meta.learner", "mam")])
+def test_unknown_choice_fails_before_any_work_naming_the_field(tmp_path, field, value):
+  from hypernet import train_lib
+  c = config_lib.base_config()
+  c.update_from_flattened_dict({field: value})
+  with pytest.raises(config_lib.ConfigError, match=rf"config\.{field}='{value}' is not one of"):
+    train_lib.train_and_evaluate(c, str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()

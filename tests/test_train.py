@@ -115,3 +115,23 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
   assert f"Resumed from {saved} at step {saved_step}" in rerun.stderr
   with open(tmp_path / "final_metrics.json") as f:
     assert json.load(f)["step"] == total
+
+
+def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path):
+  from hypernet import config_lib
+  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  plain = _small_config(num_steps=40, **{"hypernet.kind": "none"})
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"does not fit this config.*hypernet\.kind: 'chunked' -> 'none'"):
+    train_lib.train_and_evaluate(plain, str(tmp_path))
+
+
+def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
+  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  original = (tmp_path / "config.json").read_text()
+  result = train_lib.train_and_evaluate(_small_config(num_steps=40, **{"optim.lr": 3e-3}),
+                                        str(tmp_path))
+  assert result["step"] == 40
+  assert (tmp_path / "config.json").read_text() == original
+  resumed = json.loads((tmp_path / "config_resumed_at_20.json").read_text())
+  assert resumed["optim"]["lr"] == 3e-3 and resumed["num_steps"] == 40

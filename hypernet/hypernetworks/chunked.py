@@ -39,7 +39,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
       :func:`hypernet.functional.weight_spec` (shapes come from the target itself).
     target_values: ``{path: array}`` initial values of those weights (used for the
       initial mean/std of non-kernel tensors, see :mod:`hypernet.hypernetworks.init`).
-      ``None``: kernels get the mode's variance, everything else mean 0 and std 0.05.
+      ``None``: kernels get the mode's variance, biases their kernel's standard
+      deviation, every other tensor mean 0 and std 0.05.
     chunk_size: scalars generated per chunk (the output width of the generator).
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
