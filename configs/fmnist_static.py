@@ -9,17 +9,7 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.base_config()
-  c.data.name = "fashion_mnist"
-  c.data.data_dir = ""         # IDX folder; pass --config.data.data_dir=../shared/data/fashion-mnist
-  c.num_steps = 3000
-  c.batch_size = 64
-  c.log_every = 250
-  c.eval_every = 1000
-  c.checkpoint_every = 1000
-  c.model.conv_widths = (16, 32)
-  c.model.dense_widths = (64,)
-  c.optim.lr = 1e-3
+  c = config_lib.sibling_config(__file__, "fmnist_plain")
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv*/kernel"
   c.hypernet.z_dim = 4
