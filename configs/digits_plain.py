@@ -6,14 +6,6 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.base_config()
-  c.data.name = "digits"
-  c.data.augment_shift = 1     # +-1 pixel translations: the set has only 1,437 images
-  c.num_steps = 3000
-  c.batch_size = 64
-  c.model.conv_widths = (32, 64)
-  c.model.dense_widths = (64,)
-  c.model.dropout = 0.3
+  c = config_lib.sibling_config(__file__, "digits_hyper")
   c.hypernet.kind = "none"
-  c.optim.lr = 1e-3
   return c

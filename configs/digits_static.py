@@ -8,20 +8,10 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.base_config()
-  c.data.name = "digits"
-  c.data.augment_shift = 1
-  c.num_steps = 3000
-  c.batch_size = 64
-  c.eval_every = 1000
-  c.checkpoint_every = 1000
-  c.model.conv_widths = (32, 64)
-  c.model.dense_widths = (64,)
-  c.model.dropout = 0.3
+  c = config_lib.sibling_config(__file__, "digits_hyper")
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv*/kernel"
   c.hypernet.z_dim = 4
   c.hypernet.static_hidden_dim = 0
   c.hypernet.slice_channels = (16, 16)
-  c.optim.lr = 1e-3
   return c
