@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import keras
 import tensorflow as tf
 
-from hypernet import ops
+from hypernet import ops, second_order, weight_roles
 
 Weights = Mapping[str, tf.Tensor]
 Patterns = Union[str, Sequence[str], None]
@@ -122,28 +122,58 @@ def select_paths(model: keras.Model, patterns: Patterns = None, *, trainable: Op
           if any(_matches(pat, p) for pat in pats) and not any(_matches(e, p) for e in excl)]
 
 
-def weight_spec(model: keras.Model, patterns: Patterns = None, **kwargs) -> Dict[str, tf.TensorSpec]:
+def weight_spec(model: keras.Model, patterns: Patterns = None, **kwargs):
   """Returns ``{path: tf.TensorSpec(shape, dtype)}`` for the selected weights of ``model``.
 
   This is how a hypernetwork learns the shapes of the weights it must generate: from the
   target network itself, nothing hand-typed. Arguments are those of :func:`select_paths`.
+
+  Returns:
+    A :class:`hypernet.weight_roles.WeightSpec` (a dict) whose ``roles`` say what each
+    weight is in its layer (kernel with its fans, bias, other), decided from the layer
+    class: hypernetworks initialise from it.
   """
   variables = variable_paths(model, trainable=kwargs.get("trainable", True))
-  return {p: tf.TensorSpec(tuple(variables[p].shape), tf.as_dtype(variables[p].dtype), name=p)
+  spec = {p: tf.TensorSpec(tuple(variables[p].shape), tf.as_dtype(variables[p].dtype), name=p)
           for p in select_paths(model, patterns, **kwargs)}
+  return weight_roles.WeightSpec(spec, weight_roles.weight_roles(model))
 
 
-def _check_value(path: str, variable, value, batched: bool = False) -> tf.Tensor:
-  value = tf.convert_to_tensor(value)
+def _check_mapping(name: str, value) -> None:
+  if value is not None and not isinstance(value, Mapping):
+    raise TypeError(
+        f"functional_call: {name}= must be a dict {{variable path: tensor}} (e.g. "
+        f"{{'dense/kernel': w}}; paths from hypernet.functional.variable_paths(model)), or "
+        f"None; got a {type(value).__name__}.")
+
+
+def _check_value(path: str, variable, value, batched: bool = False, arg: str = "weights") -> tf.Tensor:
+  if not isinstance(path, str):
+    raise TypeError(f"functional_call: {arg}= has the key {path!r} of type "
+                    f"{type(path).__name__}; keys must be variable paths (str).")
+  if isinstance(value, (list, tuple, dict)) and any(
+      isinstance(v, (tf.Variable, keras.Variable, tf.Tensor))
+      for v in tf.nest.flatten(value)):
+    raise TypeError(
+        f"functional_call: {arg}[{path!r}] is a {type(value).__name__} of "
+        f"{len(tf.nest.flatten(value))} tensors/variables; give one tensor of the "
+        f"variable's shape {tuple(variable.shape)} for each path.")
+  try:
+    value = tf.convert_to_tensor(value)
+  except (TypeError, ValueError) as e:
+    raise TypeError(
+        f"functional_call: {arg}[{path!r}] cannot be converted to a tensor "
+        f"({type(value).__name__}): {e}") from e
   expected = tuple(variable.shape)
   given = tuple(value.shape)
   if len(given) != len(expected) or any(
       g is not None and g != e for g, e in zip(given, expected)):
     raise ValueError(
-        f"Weight {path!r}: expected shape {expected}, given shape {given}.")
+        f"functional_call: {arg}[{path!r}] has shape {given}; the variable's shape is "
+        f"{expected}.")
   if value.dtype != tf.as_dtype(variable.dtype):
     raise TypeError(
-        f"Weight {path!r}: expected dtype {tf.as_dtype(variable.dtype).name}, given "
+        f"functional_call: {arg}[{path!r}]: expected dtype {tf.as_dtype(variable.dtype).name}, given "
         f"{value.dtype.name}. Cast it (tf.cast) or build the model with that dtype.")
   return value
 
@@ -174,6 +204,7 @@ def _replica_seed(path: str, variable):
 
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
+                    return_losses: bool = False,
                     state: Optional[Weights] = None, strict: bool = True,
                     overrides: Optional[Mapping[str, Callable]] = None, **kwargs):
   """Runs ``model(*args, **kwargs)`` with some or all of its weights given as tensors.
@@ -184,6 +215,10 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   ``weights`` are read as they are, so their gradients flow to the variables.
 
   Built on Keras 3 ``Layer.stateless_call``; the model's variables are never assigned.
+  Normalisation moments are computed exactly to second order during the call
+  (:mod:`hypernet.second_order`), so nested tapes around it (MAML, Hessian-vector
+  products) give exact second derivatives; ``docs/layers.md`` lists, per Keras layer
+  class, what is tested exact to first and second order.
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
@@ -194,6 +229,10 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     training: passed to the model as ``training=`` (BatchNorm batch statistics, dropout);
       not passed to a subclassed model whose ``call`` takes no ``training`` argument.
     return_state: also return the updated non-trainable state.
+    return_losses: also return the model's losses for *these* weights: weight
+      regularizer penalties computed on the given tensors (e.g. ``L2(0.5)`` on a given
+      kernel ``w = 2.0`` gives ``2.0`` with ``d/dw = 2.0``), activity regularizers and
+      ``add_loss`` terms of this call; a list of scalar tensors (empty if none).
     state: ``{path: tensor}`` for non-trainable variables (e.g. BatchNorm moving
       statistics fed back from a previous call); merged with ``weights``.
     strict: raise on a path that is not a variable of the model (default). With
@@ -206,7 +245,9 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     **kwargs: passed to the model's ``call``.
 
   Returns:
-    The model's outputs; with ``return_state=True`` a pair ``(outputs, new_state)`` where
+    The model's outputs; with ``return_state=True`` a pair ``(outputs, new_state)``, with
+    ``return_losses=True`` a pair ``(outputs, losses)``, with both the triple
+    ``(outputs, new_state, losses)`` (Keras' ``stateless_call`` order), where
     ``new_state`` is ``{path: tensor}`` over all non-trainable variables (moving mean and
     variance after this batch in training mode, unchanged values in inference mode). Apply
     it with :func:`assign_state` or feed it back through ``state=``.
@@ -221,9 +262,12 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     ValueError: the model is not built; a path names no variable of the model (the
       message lists the paths); a tensor's shape differs from the variable's; an
       ``overrides`` key names no layer (the message lists the layer names).
-    TypeError: a tensor's dtype differs from the variable's.
+    TypeError: ``weights`` / ``state`` is not a dict; a value is not one tensor (e.g. a
+      list of variables); a tensor's dtype differs from the variable's.
   """
   _check_built(model)
+  _check_mapping("weights", weights)
+  _check_mapping("state", state)
   given: Dict[str, tf.Tensor] = dict(weights or {})
   if state:
     given.update(state)
@@ -235,17 +279,24 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       raise ValueError(
           f"Unknown weight path(s) {unknown} for model {model.name!r}. Known paths: "
           f"{list(trainable) + list(non_trainable)}")
-  tv = [_check_value(p, v, given[p]) if p in given else v for p, v in trainable.items()]
-  ntv = [_check_value(p, v, given[p]) if p in given else _replica_seed(p, v)
+  state_paths = set(state or ())
+  arg_of = lambda p: "state" if p in state_paths else "weights"
+  tv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else v
+        for p, v in trainable.items()]
+  ntv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else _replica_seed(p, v)
          for p, v in non_trainable.items()]
   if training is not None and getattr(model, "_call_has_training_arg", True):
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
-        else contextlib.nullcontext()):
-    outputs, new_ntv = model.stateless_call(tv, ntv, *args, **kwargs)
+        else contextlib.nullcontext()), second_order.exact_moments_scope():
+    result = model.stateless_call(tv, ntv, *args, return_losses=return_losses, **kwargs)
+  outputs, new_ntv = result[0], result[1]
+  out = (outputs,)
   if return_state:
-    return outputs, dict(zip(non_trainable.keys(), new_ntv))
-  return outputs
+    out += (dict(zip(non_trainable.keys(), new_ntv)),)
+  if return_losses:
+    out += (list(result[2]),)
+  return out[0] if len(out) == 1 else out
 
 
 def assign_state(model: keras.Model, state: Weights) -> None:

@@ -59,13 +59,36 @@ OverrideFn = Callable[[Any], Any]
 
 __all__ = [
     "override_value", "set_slice", "set_mean", "override_layer_outputs", "layer_paths",
-    "binary", "ternary", "int8", "QUANTIZERS", "quantize_weights",
+    "binary", "ternary", "int8", "QUANTIZERS", "quantize_weights", "to_dtype",
 ]
 
 
 # ----------------------------------------------------------------------------------------
 # The primitive.
 # ----------------------------------------------------------------------------------------
+
+def to_dtype(value, dtype) -> tf.Tensor:
+  """``value`` as a tensor of ``dtype``, exactly for Python numbers.
+
+  ``tf.cast(0.1, tf.float64)`` first makes a float32 tensor, so it gives
+  ``0.10000000149011612``; this gives float64's ``0.1``. Tensors (and NumPy arrays)
+  are cast as by ``tf.cast``. Use it for every hyperparameter (learning rate, gain,
+  scale) that meets a tensor of a possibly wider dtype.
+
+  Args:
+    value: a Python int/float, NumPy scalar/array, or tensor.
+    dtype: the target ``tf.DType`` (or its name).
+
+  Returns:
+    A tensor of ``dtype``.
+  """
+  dtype = tf.as_dtype(dtype)
+  if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+    return tf.constant(value, dtype)
+  if isinstance(value, np.ndarray):
+    return tf.constant(value.astype(dtype.as_numpy_dtype) if dtype.is_floating else value, dtype)
+  return tf.cast(value, dtype)
+
 
 @tf.custom_gradient
 def _straight_through(x, value):
@@ -461,7 +484,7 @@ def ternary(w, axis: Axis = None, threshold_factor: float = 0.7) -> tf.Tensor:
   """
   w = _float_tensor(w, "ternary")
   a = tf.abs(w)
-  delta = tf.cast(threshold_factor, w.dtype) * tf.reduce_mean(a, axis=axis, keepdims=True)
+  delta = to_dtype(threshold_factor, w.dtype) * tf.reduce_mean(a, axis=axis, keepdims=True)
   kept = tf.cast(a > delta, w.dtype)
   count = tf.reduce_sum(kept, axis=axis, keepdims=True)
   alpha = tf.math.divide_no_nan(tf.reduce_sum(a * kept, axis=axis, keepdims=True), count)

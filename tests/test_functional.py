@@ -113,13 +113,28 @@ def test_errors_name_the_problem():
   x = tf.constant([[1.0]])
   with pytest.raises(ValueError, match=r"Unknown weight path.*'d/kernl'.*d/kernel"):
     functional.functional_call(model, {"d/kernl": tf.ones((1, 1))}, x)
-  with pytest.raises(ValueError, match=r"'d/kernel': expected shape \(1, 1\), given shape \(2, 1\)"):
+  with pytest.raises(ValueError, match=r"weights\['d/kernel'\] has shape \(2, 1\); the variable's shape is \(1, 1\)"):
     functional.functional_call(model, {"d/kernel": tf.ones((2, 1))}, x)
-  with pytest.raises(TypeError, match=r"'d/kernel': expected dtype float32, given float64"):
+  with pytest.raises(TypeError, match=r"weights\['d/kernel'\]: expected dtype float32, given float64"):
     functional.functional_call(model, {"d/kernel": tf.ones((1, 1), tf.float64)}, x)
   unbuilt = keras.Sequential([keras.layers.Dense(1)])
   with pytest.raises(ValueError, match="not built"):
     functional.functional_call(unbuilt, {}, x)
+  # A list where one tensor belongs, and a list where the dict belongs: both name the
+  # argument (and the path), never a TensorFlow internal error.
+  var_a, var_b = tf.Variable([[1.0]]), tf.Variable([[2.0]])
+  with pytest.raises(TypeError, match=r"weights\['d/kernel'\] is a list of 2 tensors"):
+    functional.functional_call(model, {"d/kernel": [var_a, var_b]}, x)
+  with pytest.raises(TypeError, match=r"weights= must be a dict \{variable path: tensor\}.*got a list"):
+    functional.functional_call(model, [var_a], x)
+  with pytest.raises(TypeError, match=r"state= must be a dict"):
+    functional.functional_call(model, None, x, state=[var_a])
+  with pytest.raises(TypeError, match=r"weights\['d/kernel'\] cannot be converted to a tensor"):
+    functional.functional_call(model, {"d/kernel": object()}, x)
+  for fn in (lambda: functional.functional_call(model, {"d/kernel": [var_a, var_b]}, x),
+             lambda: functional.functional_call(model, [var_a], x)):
+    with pytest.raises(TypeError, match="functional_call"):
+      tf.function(fn)()
 
 
 def test_select_paths_globs_regex_and_no_match():

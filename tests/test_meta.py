@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from hypernet import functional
-from hypernet.meta import anil, batchnorm, inner_loop, losses
+from hypernet.meta import anil, inner_loop, losses
 
 
 def squared_error(y, f):
@@ -427,38 +427,3 @@ def test_bad_arguments():
   learner = inner_loop.MAML(model, "mse")
   with pytest.raises(ValueError, match="not variables"):
     learner.adapt(tf.ones([1, 1]), tf.ones([1]), weights={"typo/kernel": tf.ones([1, 1])})
-
-
-# ---------------------------------------------------------------- BatchNorm moments.
-
-def test_exact_moments_second_derivative_and_restore():
-  """var(x) = mean((x - mean x)^2) over n values has Hessian 2/n (I - 1/n); tf.nn.moments
-  (stop_gradient on the mean inside the variance) gives 2/n I instead."""
-  x = tf.constant([0.3, -1.2, 2.0, 0.5], tf.float64)
-  n = 4
-
-  def hessian(moments):
-    with tf.GradientTape() as outer:
-      outer.watch(x)
-      with tf.GradientTape() as inner:
-        inner.watch(x)
-        _, var = moments(x, [0])
-      g = inner.gradient(var, x)
-    return outer.jacobian(g, x).numpy()
-
-  np.testing.assert_allclose(hessian(batchnorm.exact_moments),
-                             2 / n * (np.eye(n) - 1 / n), rtol=1e-12)
-  np.testing.assert_allclose(hessian(tf.nn.moments), 2 / n * np.eye(n), rtol=1e-12)
-  for keepdims in (False, True):
-    for a, b in zip(batchnorm.exact_moments(x[None], [1], keepdims),
-                    tf.nn.moments(x[None], [1], keepdims=keepdims)):
-      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
-
-  model = small_bn_net()
-  bn = model.get_layer("bn")
-  with batchnorm.exact_batchnorm_moments(model) as names:
-    assert names == ["bn"] and "_moments" in vars(bn)
-    with batchnorm.exact_batchnorm_moments(model) as inner_names:
-      assert inner_names == []  # already exact: nested use changes nothing
-    assert "_moments" in vars(bn)
-  assert "_moments" not in vars(bn)

@@ -26,6 +26,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hypernet import weight_roles
+
 
 class Hypernetwork(keras.Model):
   """Base class of the hypernetwork kinds. Subclasses implement :meth:`generate`.
@@ -63,7 +65,9 @@ class Hypernetwork(keras.Model):
     if num_conditions > 0 and condition_dim <= 0:
       raise ValueError(f"num_conditions={num_conditions} needs condition_dim > 0 (the size "
                        "of each learned condition embedding); set config.hypernet.condition_dim.")
-    self.target_spec = dict(target_spec)
+    spec = weight_roles.WeightSpec(target_spec)
+    self.target_spec = spec  # Keras wraps it in a TrackedDict, which drops .roles:
+    self.target_spec.roles = spec.roles  # the layer-class fans for the init.
     self.paths = list(self.target_spec)
     self.shapes = [tuple(int(d) for d in s.shape) for s in self.target_spec.values()]
     self.dtypes = [s.dtype for s in self.target_spec.values()]
@@ -285,4 +289,4 @@ def stats_for(target_spec: Mapping[str, tf.TensorSpec],
     target_values = {}
   values = {p: (target_values[p] if p in target_values
                 else np.zeros([int(d) for d in s.shape])) for p, s in target_spec.items()}
-  return hinit.target_statistics(values, init)
+  return hinit.target_statistics(values, init, roles=getattr(target_spec, "roles", None))

@@ -39,6 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hypernet import ops
 from hypernet.hypernetworks import base
 
 
@@ -151,6 +152,6 @@ class StaticHypernetwork(base.Hypernetwork):
       # [.., m, n, f, f, si, so] -> [.., f, f, m, si, n, so] -> [.., f, f, m si, n so]
       perm = list(range(nl)) + [nl + i for i in (2, 3, 0, 4, 1, 5)]
       t = tf.reshape(tf.transpose(t, perm), tf.concat([lead, [f, f, m * si, n * so]], 0))
-      t = t[..., : shape[2], : shape[3]] * tf.cast(gain, t.dtype)
+      t = t[..., : shape[2], : shape[3]] * ops.to_dtype(gain, t.dtype)
       out[path] = tf.cast(t, dtype) if t.dtype != dtype else t
     return out

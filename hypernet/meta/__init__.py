@@ -5,7 +5,6 @@ Learners (weight sources whose context is a support set): :class:`MAML`,
 adapted and evaluated by :func:`meta_batch_loss`.
 """
 from hypernet.meta.anil import ANIL, split_sequential
-from hypernet.meta.batchnorm import exact_batchnorm_moments, exact_moments
 from hypernet.meta.conv4 import make_conv4
 from hypernet.meta.inner_loop import (FirstOrderMAML, MAML, MetaSGD,
                                       MissingInnerGradientError, inner_sgd)
@@ -13,6 +12,6 @@ from hypernet.meta.meta_batch import MetaBatchResult, meta_batch_loss
 
 __all__ = [
     "ANIL", "FirstOrderMAML", "MAML", "MetaBatchResult", "MetaSGD",
-    "MissingInnerGradientError", "exact_batchnorm_moments", "exact_moments", "inner_sgd",
+    "MissingInnerGradientError", "inner_sgd",
     "make_conv4", "meta_batch_loss", "split_sequential",
 ]

@@ -19,14 +19,13 @@ References:
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import keras
 import tensorflow as tf
 
-from hypernet import functional
-from hypernet.meta import batchnorm, losses
+from hypernet import functional, ops, second_order
+from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -77,9 +76,8 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     inner_steps: number of inner gradient steps (>= 1), unrolled in Python.
     first_order: stop gradients through the inner gradient.
     training: the ``training=`` flag of the target in the inner loop (``True``: BatchNorm
-      uses batch statistics, MAML's usual setting). For second order, the target's
-      BatchNormalization layers compute exact-second-derivative moments during the inner
-      forward passes (:func:`hypernet.meta.batchnorm.exact_batchnorm_moments`).
+      uses batch statistics, MAML's usual setting). Normalisation moments are exact to
+      second order in every functional call (:mod:`hypernet.second_order`).
     state: non-trainable state ``{path: tensor}`` (BatchNorm moving statistics) fed to
       the first call; the updated state of each call is fed to the next.
 
@@ -87,10 +85,14 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     ``(fast_weights, state)``: ``weights`` with the adapted paths replaced by their
     adapted values, and the non-trainable state after the last inner step.
 
+  A Python-number ``inner_lr`` enters the computation in the weights' dtype exactly
+  (``0.1`` in float64 is float64's ``0.1``, not float32's).
+
   Raises:
     MissingInnerGradientError: a weight's inner gradient is ``None`` (the weight does not
       affect the support loss), or, for second order, an outer tape records the weight
-      but not its inner gradient (the second-order term would silently be lost).
+      or the support loss but not the weight's inner gradient (the second-order term
+      would silently be lost, e.g. through an op whose gradient is not differentiable).
   """
   fast = dict(weights)
   state = dict(state) if state else None
@@ -99,11 +101,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     if first_order:
       # Same values; the outer tape does not record the inner backward pass at all.
       params = [tf.stop_gradient(t) for t in params]
-    # Second order differentiates the inner backward pass: BatchNorm needs moments
-    # whose second derivatives are exact (see hypernet.meta.batchnorm).
-    exact = (contextlib.nullcontext() if first_order
-             else batchnorm.exact_batchnorm_moments(model))
-    with exact, tf.GradientTape(watch_accessed_variables=False) as tape:
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(params)
       call_weights = dict(fast)
       call_weights.update(zip(adapted, params))
@@ -122,8 +120,12 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     if first_order:
       grads = [tf.stop_gradient(g) for g in grads]
     else:
+      # The outer tape must record each inner gradient wherever it records the weight or
+      # the support loss (a meta-parameter reaching the loss by another route, e.g. a
+      # weight given as a constant while the rest of the target is meta-learned).
+      loss_recorded = _is_recorded(loss)
       unrecorded = [p for p, g in zip(adapted, grads)
-                    if _is_recorded(fast[p]) and not _is_recorded(g)]
+                    if (loss_recorded or _is_recorded(fast[p])) and not _is_recorded(g)]
       if unrecorded:
         raise MissingInnerGradientError(
             f"Inner step {step}: second order requested but the inner gradient of the "
@@ -134,7 +136,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     new = {}
     for p, g in zip(adapted, grads):
       lr = inner_lr[p] if isinstance(inner_lr, Mapping) else inner_lr
-      new[p] = fast[p] - tf.cast(lr, g.dtype) * g
+      new[p] = fast[p] - ops.to_dtype(lr, g.dtype) * g
     fast.update(new)
   return fast, state
 
@@ -165,7 +167,9 @@ class MAML(tf.Module):
 
   Raises:
     ValueError: bad ``inner_lr`` / ``inner_steps`` / ``loss_fn`` name; a pattern matches
-      no trainable weight.
+      no trainable weight; second order on a target with a layer whose second
+      derivatives cannot be exact (named; see
+      :func:`hypernet.second_order.check_second_order`).
   """
 
   def __init__(self, model: keras.Model, loss_fn: LossFn, *, inner_lr: float = 0.4,
@@ -182,6 +186,8 @@ class MAML(tf.Module):
     self.inner_steps = inner_steps
     self.first_order = bool(first_order)
     self.inner_training = inner_training
+    if not self.first_order:
+      second_order.check_second_order(model, f"Second-order {type(self).__name__}")
     self.adapted_paths: List[str] = functional.select_paths(
         model, adapt, trainable=True, exclude=exclude)
     if not self.adapted_paths:

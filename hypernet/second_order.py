@@ -1,0 +1,163 @@
+"""Exact second derivatives through Keras 3 layers run by a functional call.
+
+Keras 3's TensorFlow backend computes the moments of every normalisation layer
+(``BatchNormalization``, ``LayerNormalization``, ``GroupNormalization``: all go through
+``keras.ops.moments``) with ``tf.nn.moments``, which evaluates the variance as
+``mean((x - stop_gradient(mean))**2)``. Values and first derivatives are exact (the
+variance's derivative with respect to the mean is zero), but a *second* derivative
+loses the term through the mean: on ``LayerNormalization(epsilon=1e-3)`` applied to
+``[a, 0.5, -1]`` with ``f = 0.3*y0 - 1.2*y1 + 0.7*y2`` at ``a = 0.2``, Keras gives
+``f'' = 0.9404`` where the exact value is ``0.4278768``. MAML's meta-gradient, or any
+Hessian-vector product a user takes with nested tapes, would be silently wrong.
+
+:func:`exact_moments_scope` makes Keras' TensorFlow backend compute moments with
+:func:`exact_moments` instead (same values, same first derivatives, exact second
+derivatives). :func:`hypernet.functional.functional_call` runs every call under it, so
+second order is exact wherever a target runs through the functional call: inside the
+project's inner loops and under a user's own nested ``tf.GradientTape``s. The switch is
+per thread (``tf.distribute`` replicas run in threads) and re-entrant; outside a
+functional call Keras behaves as shipped.
+
+Layers whose *defined* gradient deliberately treats part of the computation as a
+constant cannot be made exact: :func:`inexact_second_order_layers` names them, and
+second-order learners refuse such targets (:func:`check_second_order`).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator, List, Tuple
+
+import keras
+import tensorflow as tf
+
+_state = threading.local()
+_install_lock = threading.Lock()
+_original_compute_moments = None
+
+
+def exact_moments(x: tf.Tensor, axes, keepdims: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Mean and biased variance of ``x`` over ``axes``, twice differentiable exactly.
+
+  ``variance = mean((x - mean(x))**2)`` with the gradient through ``mean(x)`` kept (unlike
+  ``tf.nn.moments``). Same values as ``tf.nn.moments``; float16/bfloat16 inputs are
+  reduced in float32 and the results cast back (Keras casts before calling it anyway).
+
+  Args:
+    x: a float tensor of any shape.
+    axes: the axes to reduce (int or list of ints).
+    keepdims: keep the reduced axes with size 1.
+
+  Returns:
+    ``(mean, variance)``, each of ``x``'s dtype, ``axes`` reduced.
+  """
+  x = tf.convert_to_tensor(x)
+  low = x.dtype in (tf.float16, tf.bfloat16)
+  y = tf.cast(x, tf.float32) if low else x
+  mean = tf.reduce_mean(y, axes, keepdims=True)
+  variance = tf.reduce_mean(tf.math.squared_difference(y, mean), axes, keepdims=True)
+  if not keepdims:
+    mean, variance = tf.squeeze(mean, axes), tf.squeeze(variance, axes)
+  if low:
+    mean, variance = tf.cast(mean, x.dtype), tf.cast(variance, x.dtype)
+  return mean, variance
+
+
+def _keras_tf_nn():
+  from keras.src.backend.tensorflow import nn as keras_tf_nn  # pylint: disable=g-import-not-at-top
+  return keras_tf_nn
+
+
+def _dispatching_compute_moments(x, axes, keepdims):
+  if getattr(_state, "depth", 0) > 0:
+    return exact_moments(x, axes, keepdims=keepdims)
+  return _original_compute_moments(x, axes, keepdims)
+
+
+def _install() -> None:
+  """Puts the per-thread dispatcher in place of Keras' TF-backend moments (once)."""
+  global _original_compute_moments
+  with _install_lock:
+    module = _keras_tf_nn()
+    current = getattr(module, "_compute_moments", None)
+    if current is _dispatching_compute_moments:
+      return
+    if current is None:
+      raise RuntimeError(
+          "This Keras version has no keras.src.backend.tensorflow.nn._compute_moments, "
+          "where hypernet makes normalisation moments exact for second derivatives. "
+          f"Keras {keras.__version__} is not supported by hypernet.second_order; pin "
+          "keras to a tested version (see README).")
+    _original_compute_moments = current
+    module._compute_moments = _dispatching_compute_moments  # pylint: disable=protected-access
+
+
+def is_exact() -> bool:
+  """Whether Keras moments are exact in this thread right now."""
+  return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def exact_moments_scope() -> Iterator[None]:
+  """Within the block (this thread), Keras normalisation layers use :func:`exact_moments`.
+
+  Affects every layer whose moments go through ``keras.ops.moments`` on the TensorFlow
+  backend (BatchNormalization, LayerNormalization, GroupNormalization and
+  user layers calling ``keras.ops.moments``); synchronised BatchNorm already computes
+  ``E[x^2] - E[x]^2`` without a stop-gradient and is left as it is. Re-entrant.
+
+  Raises:
+    RuntimeError: the installed Keras lacks the backend function this relies on.
+  """
+  _install()
+  _state.depth = getattr(_state, "depth", 0) + 1
+  try:
+    yield
+  finally:
+    _state.depth -= 1
+
+
+# Layer classes whose gradient is defined with stop-gradients by their method, with why.
+def _inexact_reason(layer) -> str:
+  if isinstance(layer, keras.layers.SpectralNormalization):
+    return ("its power-iteration vectors u, v are constants of the gradient (Miyato et al. "
+            "2018, Alg. 1), so derivatives of the normalised kernel are not those of W / "
+            "sigma(W)")
+  if isinstance(layer, keras.layers.BatchNormalization) and getattr(layer, "renorm", False):
+    return ("batch renormalisation treats its corrections r and d as constants of the "
+            "gradient (Ioffe 2017, Alg. 1)")
+  return ""
+
+
+def inexact_second_order_layers(model: keras.layers.Layer) -> List[Tuple[str, str]]:
+  """``[(layer path, reason)]`` for the layers of ``model`` whose second order is not exact.
+
+  These layers' first derivatives are the ones their method defines (not those of the
+  function they compute), so no higher derivative through them is the derivative of
+  the training objective.
+  """
+  found = []
+  for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+    reason = _inexact_reason(layer)
+    if reason:
+      found.append((getattr(layer, "path", layer.name), reason))
+  return found
+
+
+def check_second_order(model: keras.layers.Layer, who: str = "second-order meta-learning") -> None:
+  """Raises if ``model`` contains a layer whose second derivatives cannot be exact.
+
+  Args:
+    model: the target network.
+    who: what needs the second order, for the message.
+
+  Raises:
+    ValueError: naming each such layer, why, and the fix (first order, or another layer).
+  """
+  found = inexact_second_order_layers(model)
+  if found:
+    listed = "; ".join(f"{name!r} ({type_reason})" for name, type_reason in found)
+    raise ValueError(
+        f"{who} needs exact second derivatives through model {model.name!r}, but these "
+        f"layers cannot give them: {listed}. Use first_order=True (first-order MAML), "
+        "leave these layers out of the target, or replace them (e.g. renorm=False).")
