@@ -15,7 +15,7 @@ import keras
 def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
              conv_widths: Sequence[int] = (32, 64), kernel_size: int = 3,
              pool: str = "max", dense_widths: Sequence[int] = (128,),
-             batch_norm: bool = False, dropout: float = 0.0,
+             batch_norm: bool = False, dropout: float = 0.0, kernel_l2: float = 0.0,
              dtype=None, name: str = "cnn") -> keras.Model:
   """A configurable base CNN: ``[conv -> (BN) -> ReLU -> pool] * L -> dense* -> head``.
 
@@ -29,6 +29,10 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
     dense_widths: widths of the hidden dense layers (``dense1``, ...) before the head.
     batch_norm: add a BatchNormalization layer (``bn1``, ...) after each conv.
     dropout: dropout rate before the head (0 disables it).
+    kernel_l2: coefficient ``c`` of a ``keras.regularizers.L2(c)`` penalty
+      ``c * sum(w**2)`` on every conv and dense kernel (0: none). The train loop adds it
+      to the objective, computed on the weights actually used (generated ones included),
+      and logs it as ``regularization_loss``.
     dtype: Keras dtype policy of every layer (``None``: the global policy; ``"float64"``
       for finite-difference checks).
     name: model name.
@@ -50,11 +54,14 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
     raise ValueError(
         f"{len(conv_widths)} conv+pool stages shrink a {h}x{w} input below 1 pixel; use at "
         f"most {max(min(h, w).bit_length() - 1, 0)} conv layers or pool='none'.")
+  if kernel_l2 < 0:
+    raise ValueError(f"config.model.kernel_l2={kernel_l2} must be >= 0 (0: no penalty).")
   kw = {"dtype": dtype} if dtype is not None else {}
+  reg = {"kernel_regularizer": keras.regularizers.L2(float(kernel_l2))} if kernel_l2 else {}
   layers = [keras.Input(tuple(input_shape), dtype=dtype)]
   for i, width in enumerate(conv_widths, start=1):
     layers.append(keras.layers.Conv2D(int(width), kernel_size, padding="same",
-                                      use_bias=not batch_norm, name=f"conv{i}", **kw))
+                                      use_bias=not batch_norm, name=f"conv{i}", **kw, **reg))
     if batch_norm:
       layers.append(keras.layers.BatchNormalization(name=f"bn{i}", **kw))
     layers.append(keras.layers.ReLU(name=f"relu{i}", **kw))
@@ -64,10 +71,11 @@ def make_cnn(input_shape: Tuple[int, int, int], num_classes: int, *,
       layers.append(keras.layers.AveragePooling2D(2, name=f"pool{i}", **kw))
   layers.append(keras.layers.Flatten(name="flatten", **kw))
   for i, width in enumerate(dense_widths, start=1):
-    layers.append(keras.layers.Dense(int(width), activation="relu", name=f"dense{i}", **kw))
+    layers.append(keras.layers.Dense(int(width), activation="relu", name=f"dense{i}", **kw,
+                                     **reg))
   if dropout:
     layers.append(keras.layers.Dropout(dropout, name="dropout", **kw))
-  layers.append(keras.layers.Dense(num_classes, name="head", **kw))
+  layers.append(keras.layers.Dense(num_classes, name="head", **kw, **reg))
   return keras.Sequential(layers, name=name)
 
 
@@ -130,7 +138,7 @@ def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> 
     return make_cnn(input_shape, num_classes, conv_widths=tuple(config.conv_widths),
                     kernel_size=config.kernel_size, pool=config.pool,
                     dense_widths=tuple(config.dense_widths), batch_norm=config.batch_norm,
-                    dropout=config.dropout)
+                    dropout=config.dropout, kernel_l2=config.get("kernel_l2", 0.0))
   if config.name == "mobilenet_v2":
     return make_mobilenet_v2(input_shape, num_classes, alpha=config.alpha,
                              image_size=config.image_size, bn_momentum=config.bn_momentum)

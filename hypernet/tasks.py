@@ -42,6 +42,11 @@ class ClassificationTask:
     self.data = data if data is not None else data_lib.load_classification(config.data)
     self.target = models.make_target(config.model, self.data.image_shape, self.data.num_classes)
     self.source = sources.build_weight_source(config, self.target)
+    # Weight / activity regularizers and add_loss terms of the target: added to the
+    # objective (computed on the weights actually used) and logged.
+    self.has_losses = has_losses(self.target, self.data.image_shape)
+    self.metric_names = ["loss", "accuracy"] + (
+        ["regularization_loss"] if self.has_losses else [])
 
   @property
   def trainable_variables(self):
@@ -62,17 +67,19 @@ class ClassificationTask:
   def _forward(self, batch, training):
     weights = self.source.weights()
     return functional.functional_call(self.target, weights, batch["image"], training=training,
-                                      return_state=True)
+                                      return_state=True, return_losses=True)
 
   def train_loss(self, batch, global_batch_size):
-    logits, state = self._forward(batch, training=True)
+    logits, state, losses = self._forward(batch, training=True)
     per_example, sums = objectives.classification(logits, batch["label"])
     loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+    loss = add_regularization(loss, losses, sums)
     return loss, sums, state
 
   def eval_sums(self, batch):
-    logits, _ = self._forward(batch, training=False)
+    logits, _, losses = self._forward(batch, training=False)
     _, sums = objectives.classification(logits, batch["label"], batch.get("weight"))
+    add_regularization(None, losses, sums)
     return sums
 
   def apply_state(self, state):
@@ -124,7 +131,8 @@ class MultiTaskClassificationTask(ClassificationTask):
         raise ValueError(f"config.{name}={config[name]} must be a multiple of the number of "
                          f"tasks config.hypernet.num_conditions={self.num_tasks}.")
     self.label_shift = bool(config.multitask.label_shift)
-    self.metric_names = ["loss", "accuracy"] + [f"accuracy/task{t}" for t in range(self.num_tasks)]
+    self.metric_names = ["loss", "accuracy"] + [f"accuracy/task{t}" for t in range(self.num_tasks)] \
+        + (["regularization_loss"] if self.has_losses else [])
 
   def _multitask_forward(self, batch, training):
     t = self.num_tasks
@@ -135,10 +143,13 @@ class MultiTaskClassificationTask(ClassificationTask):
       y = (y + task) % self.data.num_classes
     weights = self.source.weights(tf.range(t))                       # {path: [T, ...]}
     xs = tf.reshape(x, tf.concat([[t, per_task], tf.shape(x)[1:]], 0))
-    logits, state = self._batched.batched_functional_call(
-        self.target, weights, xs, training=training, return_state=True)
+    logits, state, losses = self._batched.batched_functional_call(
+        self.target, weights, xs, training=training, return_state=True, return_losses=True)
     logits = tf.reshape(logits, [-1, self.data.num_classes])
-    return logits, y, task, self._batched.reduce_state(state)
+    # Each task's network is penalised as a single target would be; the data term is the
+    # mean over tasks, so the penalty is too.
+    losses = [tf.reduce_mean(l, 0) for l in losses]
+    return logits, y, task, self._batched.reduce_state(state), losses
 
   def _sums(self, logits, y, task, weight):
     per_example, sums = objectives.classification(logits, y, weight)
@@ -150,14 +161,51 @@ class MultiTaskClassificationTask(ClassificationTask):
     return per_example, sums
 
   def train_loss(self, batch, global_batch_size):
-    logits, y, task, state = self._multitask_forward(batch, training=True)
+    logits, y, task, state, losses = self._multitask_forward(batch, training=True)
     per_example, sums = self._sums(logits, y, task, None)
     loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+    loss = add_regularization(loss, losses, sums)
     return loss, sums, state
 
   def eval_sums(self, batch):
-    logits, y, task, _ = self._multitask_forward(batch, training=False)
-    return self._sums(logits, y, task, batch.get("weight"))[1]
+    logits, y, task, _, losses = self._multitask_forward(batch, training=False)
+    sums = self._sums(logits, y, task, batch.get("weight"))[1]
+    add_regularization(None, losses, sums)
+    return sums
+
+
+def has_losses(target, input_shape) -> bool:
+  """Whether ``target`` has losses of its own (weight / activity regularizers,
+  ``add_loss``): one functional call on a zero batch ``[1, *input_shape]`` tells."""
+  x = tf.zeros((1,) + tuple(input_shape), target.inputs[0].dtype if getattr(
+      target, "inputs", None) else tf.float32)
+  _, losses = functional.functional_call(target, None, x, training=True, return_losses=True)
+  return bool(losses)
+
+
+def add_regularization(loss, losses, sums):
+  """Adds the target's own losses to this replica's ``loss`` and logs them.
+
+  Args:
+    loss: this replica's share of the global mean data loss (scalar), or ``None``
+      (evaluation: only log).
+    losses: list of scalar tensors from ``functional_call(..., return_losses=True)``:
+      penalties of the weights actually used (generated or direct), activity
+      regularizers, ``add_loss`` terms.
+    sums: the metric sums ``{name: (sum, count)}``; gets ``regularization_loss`` (the
+      penalty's value, averaged over replicas and steps by the loop) when there are losses.
+
+  Returns:
+    ``loss + penalty / num_replicas`` (``tf.nn.scale_regularization_loss``, so the
+    cross-replica sum of the gradients has the penalty once), or ``loss`` unchanged.
+  """
+  if not losses:
+    return loss
+  penalty = tf.add_n([tf.cast(l, tf.float32) for l in losses])
+  sums["regularization_loss"] = (penalty, tf.constant(1.0))
+  if loss is None:
+    return None
+  return loss + tf.cast(tf.nn.scale_regularization_loss(penalty), loss.dtype)
 
 
 def build_task(config):

@@ -427,3 +427,81 @@ def test_bad_arguments():
   learner = inner_loop.MAML(model, "mse")
   with pytest.raises(ValueError, match="not variables"):
     learner.adapt(tf.ones([1, 1]), tf.ones([1]), weights={"typo/kernel": tf.ones([1, 1])})
+
+
+# --------------------------------------------- Python-number hyperparameters in float64.
+
+@pytest.mark.parametrize("steps", [1, 2])
+@pytest.mark.parametrize("kind", ["MAML", "FirstOrderMAML", "MetaSGD"])
+def test_toy_values_exact_in_float64(kind, steps):
+  """inner_lr = 0.1 enters as float64's 0.1 (not float32's 0.100000001490116): the toy
+  values to 1e-12 (float32 gave -4.4799999785 for -4.48)."""
+  model = toy_target("dense", dtype="float64")
+  learner = getattr(inner_loop, kind)(model, squared_error, inner_lr=0.1, inner_steps=steps)
+  first_order = kind == "FirstOrderMAML"
+  theta, loss, grad = TOY_EXPECTED[(steps, first_order)]
+  x = tf.ones([1, 1], tf.float64)
+  for run in (lambda f: f(), lambda f: tf.function(f)()):
+    def step():
+      with tf.GradientTape() as tape:
+        fast, _ = learner.adapt(x, tf.constant([1.0], tf.float64))
+        query = squared_error(tf.constant([3.0], tf.float64),
+                              functional.functional_call(model, fast, x))
+      return fast["w/kernel"], query, tape.gradient(
+          query, model.trainable_variables + list(learner.trainable_variables))
+    got_theta, got_loss, grads = run(step)
+    assert abs(float(tf.reshape(got_theta, [])) - theta) < 1e-12
+    assert abs(float(got_loss) - loss) < 1e-12
+    assert abs(float(tf.reshape(grads[0], [])) - grad) < 1e-12
+    if kind == "MetaSGD" and steps == 1:
+      # d L_q / d alpha = 2 (theta' - 3) * d theta'/d alpha = 2 (0.2 - 3) * 2 = -11.2.
+      assert abs(float(tf.reshape(grads[1], [])) - (-11.2)) < 1e-12
+
+
+# ------------------------------------------ An unrecorded inner gradient, decided by loss.
+
+@tf.custom_gradient
+def _detached_matmul(h, w):
+  def grad(up):  # Right first derivatives, computed where no outer tape can see them.
+    return (tf.stop_gradient(tf.matmul(up, w, transpose_b=True)),
+            tf.stop_gradient(tf.matmul(h, up, transpose_a=True)))
+  return tf.matmul(h, w), grad
+
+
+class DetachedDense(keras.layers.Layer):
+  """y = h @ w whose gradient is not recorded by an outer tape (a detached custom op)."""
+
+  def build(self, input_shape):
+    self.kernel = self.add_weight(shape=(input_shape[-1], 1), initializer="ones", name="kernel")
+
+  def call(self, h):
+    return _detached_matmul(h, self.kernel)
+
+
+def test_unrecorded_inner_gradient_of_a_constant_weight_raises():
+  """The adapted head is a constant given through weights= (reset for every task); the
+  support loss depends on the meta-parameter v through an op whose gradient is not
+  recorded, so d fast / d v would silently be None: the learner raises instead."""
+  model = keras.Sequential([keras.Input((1,)),
+                            keras.layers.Dense(1, use_bias=False, name="v"),
+                            DetachedDense(name="w")])
+  learner = inner_loop.MAML(model, squared_error, adapt="w/*", inner_lr=0.1)
+  head = {"w/kernel": tf.zeros((1, 1))}
+  for call in (lambda f: f(), lambda f: tf.function(f)()):
+    def run():
+      with tf.GradientTape():
+        learner.adapt(tf.ones([1, 1]), tf.ones([1]), weights=head)
+    with pytest.raises(inner_loop.MissingInnerGradientError,
+                       match=r"second order.*\['w/kernel'\]"):
+      call(run)
+  # With an ordinary Dense head the same setting is exact: fast = -0.1 * g, and
+  # d fast / d v = -0.1 * d/dv [2 (0 - 1) * v x] = 0.2 at v = 1 (x = 1).
+  plain = keras.Sequential([keras.Input((1,)),
+                            keras.layers.Dense(1, use_bias=False, kernel_initializer="ones",
+                                               name="v"),
+                            keras.layers.Dense(1, use_bias=False, name="w")])
+  ok = inner_loop.MAML(plain, squared_error, adapt="w/*", inner_lr=0.1)
+  with tf.GradientTape() as tape:
+    fast, _ = ok.adapt(tf.ones([1, 1]), tf.ones([1]), weights=head)
+  v = plain.get_layer("v").kernel
+  np.testing.assert_allclose(tape.gradient(fast["w/kernel"], v), [[0.2]], rtol=1e-6)

@@ -526,3 +526,13 @@ def test_generator_gradient_through_quantised_weights_matches_finite_differences
   assert np.abs(grad).max() > 1e-3
   if kind != "none":  # quantisation really changed the weights
     assert np.abs(q0["dense/kernel"].numpy() - w0["dense/kernel"].numpy()).max() > 1e-3
+
+
+def test_python_number_hyperparameters_are_exact_in_float64():
+  assert float(ops.to_dtype(0.1, tf.float64)) == 0.1
+  assert float(tf.cast(0.1, tf.float64)) != 0.1          # what to_dtype avoids
+  assert ops.to_dtype(tf.constant(0.5), tf.float64).dtype == tf.float64
+  # ternary's threshold 0.7 * mean|w| = 0.7 exactly in float64: 0.6999999999 is below it
+  # (a float32 0.7 = 0.69999998807907 would keep it).
+  w = tf.constant([0.6999999999, 1.3000000001], tf.float64)
+  np.testing.assert_array_equal(ops.ternary(w).numpy(), [0.0, 1.3000000001])

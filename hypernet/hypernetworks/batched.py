@@ -312,7 +312,8 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
                             shared_inputs: bool = False, per_example: bool = False,
                             training: Optional[bool] = False, return_state: bool = False,
                             state: Optional[Mapping[str, tf.Tensor]] = None,
-                            parallel: str = "vectorized_map", conv: str = "auto"):
+                            parallel: str = "vectorized_map", conv: str = "auto",
+                            return_losses: bool = False):
   """Runs ``model`` on ``S`` weight sets at once.
 
   Equals ``tf.stack([functional_call(model, {p: w[s] for p, w in weights.items()},
@@ -339,9 +340,14 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
       (grouped where grouped convolutions can be differentiated in the weights' dtype,
       see :func:`grouped_conv_available`; else im2col); see :func:`vectorizable_convs`.
 
+    return_losses: also return the model's losses (weight regularizer penalties on each
+      set's weights, activity regularizers, ``add_loss`` terms) as a list of ``[S]``
+      tensors, one entry per set (see :func:`hypernet.functional.functional_call`).
+
   Returns:
     The model's outputs with a leading ``S`` axis (``[S, B, ...]``; ``[S, ...]`` for
-    ``per_example``), and with ``return_state`` the pair ``(outputs, new_state)``.
+    ``per_example``); with ``return_state`` / ``return_losses`` a tuple
+    ``(outputs[, new_state][, losses])`` as :func:`~hypernet.functional.functional_call`.
 
   Raises:
     ValueError: weights with different numbers of weight sets or missing the leading
@@ -371,11 +377,12 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
     if per_example:
       xs = [x[None] for x in xs]
     result = functional.functional_call(model, w, *xs, training=training,
-                                        return_state=return_state, state=state)
+                                        return_state=return_state, state=state,
+                                        return_losses=return_losses)
+    parts = list(result) if (return_state or return_losses) else [result]
     if per_example:
-      out = result[0] if return_state else result
-      out = tf.nest.map_structure(lambda t: t[0], out)
-      result = (out, result[1]) if return_state else out
+      parts[0] = tf.nest.map_structure(lambda t: t[0], parts[0])
+    result = tuple(parts) if len(parts) > 1 else parts[0]
     # Unchanged state comes back as the variable itself; pfor needs tensors.
     return tf.nest.map_structure(tf.convert_to_tensor, result)
 
