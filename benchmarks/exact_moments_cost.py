@@ -8,7 +8,8 @@ config, two :class:`hypernet.train_lib.Trainer` s are built in this process, one
 with the exact moments and one with Keras' (the switch patched off while it traces),
 and their compiled chunks of ``--steps`` steps are timed in interleaved windows, so load
 on this shared machine hits both alike. Prints the median steps/s of each and the ratio
-(exact / Keras; 1.00 = no cost). The Keras-moments variant of a second-order config is
+(exact / Keras; 1.00 = no cost) and the number of ops in each traced step (equal where
+only first derivatives are taken: there the exact moments are not used at all). The Keras-moments variant of a second-order config is
 *wrong* (it loses a second-order term): it is only a lower bound on the time.
 
     python benchmarks/exact_moments_cost.py --data_dir=../shared/data/omniglot \
@@ -56,11 +57,13 @@ def _trainer(config, workdir, exact):
   if not exact:
     second_order.exact_moments_scope = contextlib.nullcontext
   try:
-    trainer._train_steps.get_concrete_function(iterator, tf.constant(1, tf.int64))  # pylint: disable=protected-access
+    fn = trainer._train_steps.get_concrete_function(iterator, tf.constant(1, tf.int64))  # pylint: disable=protected-access
     trainer.train_chunk(iterator, 1)
   finally:
     second_order.exact_moments_scope = original
-  return trainer, iterator
+  graph = fn.graph.as_graph_def()
+  ops = len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
+  return trainer, iterator, ops
 
 
 def main():
@@ -68,7 +71,10 @@ def main():
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--data_dir", default=os.path.join(REPO, "..", "shared", "data", "omniglot"))
   parser.add_argument("--configs", default="omniglot_maml,omniglot_fomaml,digits_bn")
-  parser.add_argument("--steps", type=int, default=5, help="steps per timed window")
+  parser.add_argument("--steps", type=int, default=5,
+                      help="least steps per timed window (more for fast configs: --window)")
+  parser.add_argument("--window", type=float, default=2.0,
+                      help="least seconds per timed window (steps are set from a trial)")
   parser.add_argument("--repeats", type=int, default=5, help="windows per variant")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value (numbers), e.g. batch_size=8")
@@ -81,17 +87,23 @@ def main():
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
       config = _config(name, args.data_dir, overrides)
       runs = {"exact": _trainer(config, d1, True), "keras": _trainer(config, d2, False)}
+      trainer, iterator, _ = runs["keras"]
+      t0 = time.perf_counter()
+      trainer.train_chunk(iterator, args.steps)
+      per_step = (time.perf_counter() - t0) / args.steps
+      steps = max(args.steps, int(args.window / per_step) + 1)
       rates = {k: [] for k in runs}
       for _ in range(args.repeats):
-        for key, (trainer, iterator) in runs.items():
+        for key, (trainer, iterator, _) in runs.items():
           t0 = time.perf_counter()
-          trainer.train_chunk(iterator, args.steps)
-          rates[key].append(args.steps / (time.perf_counter() - t0))
+          trainer.train_chunk(iterator, steps)
+          rates[key].append(steps / (time.perf_counter() - t0))
       exact, keras_ = statistics.median(rates["exact"]), statistics.median(rates["keras"])
-      print(f"{name:16s} batch {config.batch_size:4d}: exact moments {exact:7.3f} steps/s, "
+      print(f"{name:16s} batch {config.batch_size:4d}, {steps} steps a window: exact moments {exact:7.3f} steps/s, "
             f"Keras moments {keras_:7.3f} steps/s, ratio exact/Keras {exact / keras_:.3f} "
             f"(windows: {[round(r, 3) for r in rates['exact']]} vs "
-            f"{[round(r, 3) for r in rates['keras']]})", flush=True)
+            f"{[round(r, 3) for r in rates['keras']]}); graph ops {runs['exact'][2]} vs "
+            f"{runs['keras'][2]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ Hessian-vector product a user takes with nested tapes, would be silently wrong.
 
 :func:`exact_moments_scope` makes Keras' TensorFlow backend compute moments with
 :func:`exact_moments` instead (same values, same first derivatives, exact second
-derivatives). :func:`hypernet.functional.functional_call` runs every call under it, so
+derivatives) wherever a second derivative can be taken: where the active tapes can
+differentiate the input only once (one ``tf.GradientTape``: an ordinary training step,
+MAML's query pass, first-order MAML) Keras' own moments are kept, since their first
+derivatives are exact and their backward pass is cheaper (about 5% of a step of the
+main job's CNN with BatchNorm, ``benchmarks/exact_moments_cost.py``). :func:`hypernet.functional.functional_call` runs every call under it, so
 second order is exact wherever a target runs through the functional call: inside the
 project's inner loops and under a user's own nested ``tf.GradientTape``s. The switch is
 per thread (``tf.distribute`` replicas run in threads) and re-entrant; outside a
@@ -34,6 +38,28 @@ import tensorflow as tf
 _state = threading.local()
 _install_lock = threading.Lock()
 _original_compute_moments = None
+
+try:  # Private, but the only way to ask whether a tensor's gradient may be differentiated.
+  from tensorflow.python import pywrap_tfe as _pywrap_tfe
+  _possible_gradient_types = _pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes
+except (ImportError, AttributeError):  # pragma: no cover - other TF layouts: always exact.
+  _possible_gradient_types = None
+
+
+def _first_order_only(x) -> bool:
+  """True when the active tapes/accumulators can differentiate ``x`` at most once.
+
+  TensorFlow's ``TFE_Py_TapeSetPossibleGradientTypes``: 0 no gradient, 1 first order
+  only (one tape), 2 higher order possible (nested tapes, a forward accumulator). Only 1
+  lets Keras' cheaper moments be used; 0 (no tape here, e.g. a trace whose tapes are
+  outside) keeps the exact ones, whose forward pass costs the same.
+  """
+  if _possible_gradient_types is None:
+    return False
+  try:
+    return _possible_gradient_types([x]) == 1
+  except Exception:  # pylint: disable=broad-except
+    return False
 
 
 def exact_moments(x: tf.Tensor, axes, keepdims: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -69,7 +95,7 @@ def _keras_tf_nn():
 
 
 def _dispatching_compute_moments(x, axes, keepdims):
-  if getattr(_state, "depth", 0) > 0:
+  if getattr(_state, "depth", 0) > 0 and not _first_order_only(x):
     return exact_moments(x, axes, keepdims=keepdims)
   return _original_compute_moments(x, axes, keepdims)
 
