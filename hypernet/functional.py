@@ -139,31 +139,51 @@ def weight_spec(model: keras.Model, patterns: Patterns = None, **kwargs):
   return weight_roles.WeightSpec(spec, weight_roles.weight_roles(model))
 
 
-def _check_mapping(name: str, value) -> None:
+def _check_mapping(name: str, value, fn: str = "functional_call") -> None:
   if value is not None and not isinstance(value, Mapping):
     raise TypeError(
-        f"functional_call: {name}= must be a dict {{variable path: tensor}} (e.g. "
+        f"{fn}: {name}= must be a dict {{variable path: tensor}} (e.g. "
         f"{{'dense/kernel': w}}; paths from hypernet.functional.variable_paths(model)), or "
         f"None; got a {type(value).__name__}.")
 
 
-def _check_value(path: str, variable, value, batched: bool = False, arg: str = "weights") -> tf.Tensor:
+def _check_single(path, value, fn: str, arg: str, shape=None) -> None:
   if not isinstance(path, str):
-    raise TypeError(f"functional_call: {arg}= has the key {path!r} of type "
+    raise TypeError(f"{fn}: {arg}= has the key {path!r} of type "
                     f"{type(path).__name__}; keys must be variable paths (str).")
   if isinstance(value, (list, tuple, dict)) and any(
       isinstance(v, (tf.Variable, keras.Variable, tf.Tensor))
       for v in tf.nest.flatten(value)):
     raise TypeError(
-        f"functional_call: {arg}[{path!r}] is a {type(value).__name__} of "
-        f"{len(tf.nest.flatten(value))} tensors/variables; give one tensor of the "
-        f"variable's shape {tuple(variable.shape)} for each path.")
+        f"{fn}: {arg}[{path!r}] is a {type(value).__name__} of "
+        f"{len(tf.nest.flatten(value))} tensors/variables; give one tensor"
+        + (f" of the variable's shape {tuple(shape)}" if shape is not None else "")
+        + " for each path.")
+
+
+def check_weight_values(model: keras.Model, weights, fn: str, arg: str = "weights") -> None:
+  """Raises a ``TypeError`` naming ``fn``, ``arg`` and the path when ``weights`` is not a
+  dict of single tensors (e.g. a list where the dict belongs, or a list of variables
+  where one tensor belongs)."""
+  _check_mapping(arg, weights, fn)
+  variables = variable_paths(model)
+  for path, value in (weights or {}).items():
+    v = variables.get(path) if isinstance(path, str) else None
+    _check_single(path, value, fn, arg, None if v is None else v.shape)
+
+
+def _check_value(path: str, variable, value, batched: bool = False, arg: str = "weights") -> tf.Tensor:
+  _check_single(path, value, "functional_call", arg, variable.shape)
   try:
     value = tf.convert_to_tensor(value)
   except (TypeError, ValueError) as e:
     raise TypeError(
         f"functional_call: {arg}[{path!r}] cannot be converted to a tensor "
         f"({type(value).__name__}): {e}") from e
+  if value.dtype != tf.as_dtype(variable.dtype):
+    raise TypeError(
+        f"functional_call: {arg}[{path!r}]: expected dtype {tf.as_dtype(variable.dtype).name}, given "
+        f"{value.dtype.name}. Cast it (tf.cast) or build the model with that dtype.")
   expected = tuple(variable.shape)
   given = tuple(value.shape)
   if len(given) != len(expected) or any(
@@ -171,10 +191,6 @@ def _check_value(path: str, variable, value, batched: bool = False, arg: str = "
     raise ValueError(
         f"functional_call: {arg}[{path!r}] has shape {given}; the variable's shape is "
         f"{expected}.")
-  if value.dtype != tf.as_dtype(variable.dtype):
-    raise TypeError(
-        f"functional_call: {arg}[{path!r}]: expected dtype {tf.as_dtype(variable.dtype).name}, given "
-        f"{value.dtype.name}. Cast it (tf.cast) or build the model with that dtype.")
   return value
 
 
@@ -273,6 +289,11 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     given.update(state)
   trainable = variable_paths(model, trainable=True)
   non_trainable = variable_paths(model, trainable=False)
+  misplaced = [p for p in (state or ()) if p in trainable]
+  if misplaced:
+    raise ValueError(
+        f"functional_call: state= is for non-trainable variables (BatchNorm statistics, "
+        f"seed state); {misplaced} are trainable: pass them in weights=.")
   if strict:
     unknown = [p for p in given if p not in trainable and p not in non_trainable]
     if unknown:

@@ -12,11 +12,12 @@ Hessian-vector product a user takes with nested tapes, would be silently wrong.
 
 :func:`exact_moments_scope` makes Keras' TensorFlow backend compute moments with
 :func:`exact_moments` instead (same values, same first derivatives, exact second
-derivatives) wherever a second derivative can be taken: where the active tapes can
-differentiate the input only once (one ``tf.GradientTape``: an ordinary training step,
-MAML's query pass, first-order MAML) Keras' own moments are kept, since their first
-derivatives are exact and their backward pass is cheaper (about 5% of a step of the
-main job's CNN with BatchNorm, ``benchmarks/exact_moments_cost.py``). :func:`hypernet.functional.functional_call` runs every call under it, so
+derivatives) wherever a second derivative can be taken. Keras' own moments (exact first
+derivatives, a cheaper backward pass) are kept only where the active tapes can
+differentiate the input just once *and* all of them are visible: eagerly, or inside the
+train loop's own step, which takes its gradients in its trace and says so
+(:func:`all_tapes_visible`). Inside any other ``tf.function`` trace a tape outside the
+function could still differentiate it twice, so the moments stay exact there. :func:`hypernet.functional.functional_call` runs every call under it, so
 second order is exact wherever a target runs through the functional call: inside the
 project's inner loops and under a user's own nested ``tf.GradientTape``s. The switch is
 per thread (``tf.distribute`` replicas run in threads) and re-entrant; outside a
@@ -95,9 +96,27 @@ def _keras_tf_nn():
 
 
 def _dispatching_compute_moments(x, axes, keepdims):
-  if getattr(_state, "depth", 0) > 0 and not _first_order_only(x):
-    return exact_moments(x, axes, keepdims=keepdims)
+  if getattr(_state, "depth", 0) > 0:
+    # Inside a trace, tapes outside it (a user's outer tape around a tf.function holding
+    # the inner one) are invisible: stay exact unless the caller vouches for them.
+    visible = not tf.inside_function() or getattr(_state, "tapes_visible", 0) > 0
+    if not (visible and _first_order_only(x)):
+      return exact_moments(x, axes, keepdims=keepdims)
   return _original_compute_moments(x, axes, keepdims)
+
+
+@contextlib.contextmanager
+def all_tapes_visible() -> Iterator[None]:
+  """The caller's promise that no tape outside the current ``tf.function`` trace will
+  differentiate what runs in the block (this thread), so that the tapes visible in the
+  trace tell whether a second derivative can be taken. The train loop's step takes its
+  gradients inside its own trace and says so; elsewhere, inside a trace, moments stay
+  exact."""
+  _state.tapes_visible = getattr(_state, "tapes_visible", 0) + 1
+  try:
+    yield
+  finally:
+    _state.tapes_visible -= 1
 
 
 def _install() -> None:
@@ -152,6 +171,12 @@ def _inexact_reason(layer) -> str:
   if isinstance(layer, keras.layers.BatchNormalization) and getattr(layer, "renorm", False):
     return ("batch renormalisation treats its corrections r and d as constants of the "
             "gradient (Ioffe 2017, Alg. 1)")
+  if isinstance(layer, keras.layers.Resizing) or (
+      isinstance(layer, keras.layers.UpSampling2D)
+      and getattr(layer, "interpolation", "nearest") != "nearest"):
+    return ("TensorFlow's image-resize gradients have no gradient of their own (bilinear: "
+            "registered as not differentiable, so the second derivative is silently 0; "
+            "the other modes fail), and tf.image.resize computes in float32")
   return ""
 
 

@@ -43,7 +43,7 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet import distribute, objectives, tasks
+from hypernet import distribute, objectives, second_order, tasks
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -150,7 +150,9 @@ class Trainer:
   # -- the compiled step ------------------------------------------------------------
   def _gradients_fn(self, batch):
     """This replica's loss share, metric sums, new state and (scaled) gradients."""
-    with tf.GradientTape() as tape:
+    # The step is never differentiated from outside its trace: the tapes in it are all
+    # there are (lets first-order steps keep Keras' cheaper normalisation moments).
+    with second_order.all_tapes_visible(), tf.GradientTape() as tape:
       loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
       scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
     grads = tape.gradient(scaled, self.variables)

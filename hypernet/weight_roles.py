@@ -30,10 +30,13 @@ Embedding                         embeddings ``[vocab, d]``      ``(1, d)``: one
                                                                  on a one-hot input)
 SimpleRNN/LSTM/GRU cells          kernel ``[in, G*u]``           ``(in, u)`` per gate
                                   recurrent_kernel ``[u, G*u]``  ``(u, u)`` per gate
+ConvLSTM1D/2D/3D cells            kernel ``[*k, in, 4f]``        ``(K*in, K*f)`` per gate
+                                  recurrent_kernel               ``(K*f, K*f)`` per gate
 ================================  =============================  ==========================
 
 Biases of these layers get the role ``"bias"`` with their layer's kernel fans. Every other
-variable is ``"other"`` (its initial values give its statistics). Sources: He et al. 2015
+variable is ``"other"``, also a kernel of a user's own layer class: its initial values
+(from the layer's own initializer) give its statistics. Sources: He et al. 2015
 (fan-in), Glorot & Bengio 2010 (fan-in / fan-out), Chang et al. 2020 (hyperfan init).
 """
 from __future__ import annotations
@@ -69,6 +72,12 @@ class WeightSpec(dict):
     if roles is None:
       roles = getattr(spec, "roles", None) or {}
     self.roles: Dict[str, WeightRole] = {p: r for p, r in roles.items() if p in self}
+
+
+try:  # Keras keeps the ConvLSTM cell private; its kernels are gate-stacked convolutions.
+  from keras.src.layers.rnn.conv_lstm import ConvLSTMCell as _CONV_LSTM_CELL
+except ImportError:  # pragma: no cover - other Keras layouts: such kernels are "other".
+  _CONV_LSTM_CELL = None
 
 
 def _prod(values) -> int:
@@ -128,6 +137,9 @@ def _kernel_fans(layer, attr: str, shape):
   for cell, gates in rnn_cells.items():
     if isinstance(layer, cell) and len(shape) == 2:
       return shape[0], shape[1] // gates
+  if _CONV_LSTM_CELL is not None and isinstance(layer, _CONV_LSTM_CELL):
+    k = _prod(shape[:-2])   # kernel [*k, in, 4 f], recurrent_kernel [*k, f, 4 f]
+    return k * shape[-2], k * shape[-1] // 4
   if isinstance(layer, L.EinsumDense):
     return _einsum_fans(layer, shape)
   if isinstance(layer, L.Dense) and len(shape) == 2:

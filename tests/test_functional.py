@@ -131,6 +131,15 @@ def test_errors_name_the_problem():
     functional.functional_call(model, None, x, state=[var_a])
   with pytest.raises(TypeError, match=r"weights\['d/kernel'\] cannot be converted to a tensor"):
     functional.functional_call(model, {"d/kernel": object()}, x)
+  with pytest.raises(TypeError, match=r"weights\['d/kernel'\]: expected dtype float32, given string"):
+    functional.functional_call(model, {"d/kernel": "two"}, x)
+  with pytest.raises(ValueError, match=r"state= is for non-trainable.*\['d/kernel'\].*weights="):
+    functional.functional_call(model, None, x, state={"d/kernel": tf.ones((1, 1))})
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  with pytest.raises(TypeError, match=r"batched_functional_call: weights\['d/kernel'\] is a list of 2"):
+    batched.batched_functional_call(model, {"d/kernel": [var_a, var_b]}, x[None])
+  with pytest.raises(TypeError, match=r"batched_functional_call: weights= must be a dict"):
+    batched.batched_functional_call(model, [var_a], x[None])
   for fn in (lambda: functional.functional_call(model, {"d/kernel": [var_a, var_b]}, x),
              lambda: functional.functional_call(model, [var_a], x)):
     with pytest.raises(TypeError, match="functional_call"):

@@ -116,8 +116,21 @@ CASES = {
     "Bidirectional_LSTM": _seq_case(L.Bidirectional(L.LSTM(2, return_sequences=True,
                                                             dtype=F64), dtype=F64)),
     "MultiHeadAttention": _attention_case(),
+    "Conv2D_dilated": _image_case(L.Conv2D(2, 2, dilation_rate=2, dtype=F64)),
+    "ZeroPadding_Cropping_UpSamplingNearest": _image_case(keras.Sequential([
+        L.ZeroPadding2D(1, dtype=F64), L.Cropping2D(1, dtype=F64),
+        L.UpSampling2D(2, dtype=F64)])),
+    "Reshape_Permute": _image_case(keras.Sequential([
+        L.Reshape((25, 3), dtype=F64), L.Permute((2, 1), dtype=F64)])),
+    "GaussianNoise_GaussianDropout": _vector_case(keras.Sequential([
+        L.GaussianNoise(0.3, seed=1, dtype=F64), L.GaussianDropout(0.3, seed=2, dtype=F64)])),
+    "BatchNormalization_axis1": _seq_case(L.BatchNormalization(axis=1, momentum=0.3,
+                                                               dtype=F64)),
+    "ConvLSTM1D": lambda: (_seq((3, 4, 2), _pre(2) + [L.ConvLSTM1D(2, 2, dtype=F64), _tanh()]),
+                           np.random.default_rng(0).normal(size=(2, 3, 4, 2))),
 }
-TRAINING = {"BatchNormalization": True, "Dropout": True}
+TRAINING = {"BatchNormalization": True, "Dropout": True, "GaussianNoise_GaussianDropout": True,
+            "BatchNormalization_axis1": True}
 
 
 def _derivatives(model, x, paths, training, compiled):
@@ -247,6 +260,42 @@ def test_layers_that_cannot_be_exact_are_refused_by_second_order_learners():
     inner_loop.MetaSGD(renorm, _mse)
   plain = keras.Model(inputs, L.BatchNormalization(name="bn")(inputs))
   assert second_order.inexact_second_order_layers(plain) == []
+  # Image resizing: TF registers the bilinear resize gradient as not differentiable (a
+  # silent 0 second derivative); the other modes have no second derivative at all.
+  images = keras.Input((4, 4, 1))
+  for layer, name in ((L.UpSampling2D(2, interpolation="bilinear", name="up"), "up"),
+                      (L.Resizing(8, 8, name="resize"), "resize")):
+    with pytest.raises(ValueError, match=rf"'{name}'.*resize"):
+      inner_loop.MAML(keras.Model(images, layer(images)), _mse)
+  nearest = keras.Model(images, L.UpSampling2D(2, name="up_nearest")(images))
+  assert second_order.inexact_second_order_layers(nearest) == []
+
+
+def test_inner_tape_traced_and_outer_tape_outside_stays_exact():
+  """A user's tf.function holding only the inner tape, differentiated by an eager outer
+  tape: the outer tape is invisible in the trace, so the moments must stay exact there
+  (LayerNormalization case of the issue: f'' = 0.4278768)."""
+  inputs = keras.Input((3,), dtype=F64)
+  model = keras.Model(inputs, L.LayerNormalization(epsilon=1e-3, dtype=F64)(inputs))
+  c = tf.constant([0.3, -1.2, 0.7], tf.float64)
+
+  @tf.function
+  def first_derivative(a):
+    with tf.GradientTape() as t1:
+      t1.watch(a)
+      x = tf.stack([a, tf.constant(0.5, tf.float64), tf.constant(-1.0, tf.float64)])[None]
+      f = tf.reduce_sum(functional.functional_call(model, None, x)[0] * c)
+    return t1.gradient(f, a)
+
+  a = tf.constant(0.2, tf.float64)
+  with tf.GradientTape() as t2:
+    t2.watch(a)
+    g = first_derivative(a)
+  assert float(g) == pytest.approx(1.0263683, abs=1e-7)
+  assert float(t2.gradient(g, a)) == pytest.approx(0.4278768, abs=1e-7)
+  # The train loop vouches that its step's tapes are all inside its trace.
+  with second_order.all_tapes_visible():
+    assert not second_order.is_exact()
 
 
 def test_exact_moments_scope_is_per_thread_and_reentrant():

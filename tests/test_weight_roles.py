@@ -46,6 +46,9 @@ CASES = {
                                             "a/lstm_cell/recurrent_kernel": ("kernel", 4, 4),
                                             "a/lstm_cell/bias": ("bias", 3, 4)}),
     "GRU": ((5, 3), L.GRU(4, name="a"), {"a/gru_cell/kernel": ("kernel", 3, 4)}),
+    "ConvLSTM2D": ((3, 5, 5, 2), L.ConvLSTM2D(3, 3, name="a"),
+                   {"a/conv_lstm_cell/kernel": ("kernel", 18, 27),
+                    "a/conv_lstm_cell/recurrent_kernel": ("kernel", 27, 27)}),
     "BatchNormalization": ((4,), L.BatchNormalization(name="kernel_bn"),
                            {"kernel_bn/gamma": ("other", 0, 0), "kernel_bn/beta": ("other", 0, 0)}),
 }

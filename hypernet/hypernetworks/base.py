@@ -29,6 +29,21 @@ import tensorflow as tf
 from hypernet import weight_roles
 
 
+_warned_no_roles = []
+
+
+def _warn_no_roles(name: str) -> None:
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  _warned_no_roles.append(name)
+  logging.warning(
+      "Hypernetwork %r: its target_spec carries no layer roles (a dict built by hand, or "
+      "filtered from functional.weight_spec into a plain dict), so kernels are recognised "
+      "by their 'kernel' path leaf and get Dense/Conv fans by shape (wrong for depthwise, "
+      "transposed, embedding, recurrent kernels). Select weights with "
+      "functional.weight_spec(model, patterns) (or weight_roles.WeightSpec(dict, roles)) "
+      "to initialise from the layer classes.", name)
+
+
 class Hypernetwork(keras.Model):
   """Base class of the hypernetwork kinds. Subclasses implement :meth:`generate`.
 
@@ -66,6 +81,8 @@ class Hypernetwork(keras.Model):
       raise ValueError(f"num_conditions={num_conditions} needs condition_dim > 0 (the size "
                        "of each learned condition embedding); set config.hypernet.condition_dim.")
     spec = weight_roles.WeightSpec(target_spec)
+    if not spec.roles and not _warned_no_roles:
+      _warn_no_roles(name)
     self.target_spec = spec  # Keras wraps it in a TrackedDict, which drops .roles:
     self.target_spec.roles = spec.roles  # the layer-class fans for the init.
     self.paths = list(self.target_spec)

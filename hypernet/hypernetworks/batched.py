@@ -360,6 +360,7 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
     raise ValueError("Choose shared_inputs or per_example, not both.")
   if parallel not in ("vectorized_map", "map_fn"):
     raise ValueError(f"parallel={parallel!r}; use 'vectorized_map' or 'map_fn'.")
+  functional.check_weight_values(model, weights, "batched_functional_call")
   weights = {p: tf.convert_to_tensor(w) for p, w in weights.items()}
   num_sets = num_weight_sets(weights, model)
   inputs = [tf.convert_to_tensor(x) for x in inputs]
