@@ -113,12 +113,22 @@ class Writer:
       return
     from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
     from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
     values = dict(config_lib.hparams(config))
     values.update(extra or {})
+    pb = summary_v2.hparams_config_pb(
+        [hp.HParam(k) for k in values],
+        [hp.Metric(tag, display_name=f"eval {tag}") for tag in metrics])
+    # TensorBoard lists the hyperparameters marked "differs" first (then by name) and the
+    # HParams table shows the first five by default: mark the key fields.
+    content = pb.value[0].metadata.plugin_data
+    data = plugin_data_pb2.HParamsPluginData.FromString(content.content)
+    for info in data.experiment.hparam_infos:
+      info.differs = info.name in config_lib.HPARAMS_FIRST
+    content.content = data.SerializeToString()
     with self._writer("eval").as_default(step=0):
-      hp.hparams_config(hparams=[hp.HParam(k) for k in values],
-                        metrics=[hp.Metric(tag, display_name=f"eval {tag}")
-                                 for tag in metrics])
+      with tf.summary.experimental.summary_scope("hparams_config"):
+        tf.summary.experimental.write_raw_pb(pb.SerializeToString(), step=0)
       hp.hparams(values, trial_id=trial_id or os.path.basename(os.path.normpath(self._workdir)))
 
   def restart(self, step: int, splits: Sequence[str] = ("train", "eval")) -> List[str]:

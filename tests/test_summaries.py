@@ -246,17 +246,28 @@ class _TensorBoard:
         self.proc.kill()
 
 
+def _hparams_table(tb):
+  """The HParams tab's table as its frontend fetches it: metric columns and sessions."""
+  experiment = tb.post("data/plugin/hparams/experiment", {"experimentName": ""})
+  groups = tb.post("data/plugin/hparams/session_groups", {
+      "experimentName": "", "startIndex": 0, "sliceSize": 10,
+      "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                          "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
+  return experiment, groups
+
+
 @pytest.mark.slow
 def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
   workdir, result = run
   tb = _TensorBoard(workdir)
   try:
     tb.wait_for(lambda: "eval" in tb.get("data/plugin/scalars/tags"))
-    assert set(tb.get("data/runs")) >= {".", "train", "eval"}
+    assert set(tb.get("data/runs")) == {"train", "eval"}  # No run named ".".
     loss = tb.get("data/plugin/scalars/scalars", run="train", tag="loss")
     assert [step for _, step, _ in loss] == [10, 20, 30, 40]
     accuracy = tb.get("data/plugin/scalars/scalars", run="eval", tag="accuracy")
-    assert accuracy[-1][1] == 40 and accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
+    assert [step for _, step, _ in accuracy] == [0, 20, 40]
+    assert accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
 
     histograms = tb.get("data/plugin/histograms/histograms", run="train",
                         tag="generated/conv2/kernel")
@@ -270,26 +281,43 @@ def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
     assert [im["step"] for im in images] == [0, 20, 40]
     png = tb.get("data/plugin/images/individualImage" + "?" + images[-1]["query"])
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    h, w, _ = summaries.kernel_grid(np.zeros((3, 3, 1, 32))).shape  # 32 filters of 3x3
-    assert Image.open(io.BytesIO(png)).size == (w, h) == (151, 151)
-
-    experiment = tb.post("data/plugin/hparams/experiment", {"experimentName": ""})
-    names = {h["name"] for h in experiment["hparamInfos"]}
-    assert {"optim.lr", "hypernet.kind", "hypernet.chunk_size", "model.conv_widths"} <= names
-    metrics = {(m["name"]["tag"], m["name"].get("group", "")) for m in experiment["metricInfos"]}
-    assert {("final/accuracy", ""), ("accuracy", "eval"), ("params/trainable", "")} <= metrics
-    groups = tb.post("data/plugin/hparams/session_groups", {
-        "experimentName": "", "startIndex": 0, "sliceSize": 10,
-        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
-                            "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
-    assert len(groups) == 1
-    assert groups[0]["hparams"]["hypernet.kind"] == "chunked"
-    assert groups[0]["hparams"]["optim.lr"] == pytest.approx(1e-3)
-    values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
-    assert values["final/accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
-    assert values["params/trainable"] == result["params/trainable"]
+    # 32 filters of 3x3, each 30x30 pixels, in 4 rows of 8: fits a card.
+    assert Image.open(io.BytesIO(png)).size == (8 * 32 + 2, 4 * 32 + 2)
+    text_tags = tb.get("data/plugin/text/tags")
+    assert "final_metrics" in text_tags["eval"] and "parameters" in text_tags["train"]
   finally:
     tb.close()
+
+
+@pytest.mark.slow
+def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run):
+  """``tensorboard --logdir=WORKDIR`` (the README's command) and ``--logdir=PARENT``: every
+  metric column of the HParams table has the run's value."""
+  workdir, result = run
+  for logdir, session in ((workdir, "eval"), (workdir.parent, f"{workdir.name}/eval")):
+    tb = _TensorBoard(logdir)
+    try:
+      tb.wait_for(lambda: _hparams_table(tb)[1])  # pylint: disable=cell-var-from-loop
+      experiment, groups = _hparams_table(tb)
+      names = [h["name"] for h in experiment["hparamInfos"]]
+      # The key fields first (marked "differs"; the table shows the first five by default).
+      assert names[:6] == ["batch_size", "hypernet.chunk_size", "hypernet.kind", "num_steps",
+                           "optim.lr", "seed"]
+      assert [h["differs"] for h in experiment["hparamInfos"][:7]] == [True] * 6 + [False]
+      assert "params.trainable" in names and not [n for n in names if n.startswith("meta.")]
+      columns = {(m["name"]["tag"], m["name"].get("group", "")) for m in
+                 experiment["metricInfos"]}
+      assert columns == {("loss", ""), ("accuracy", "")}
+      assert len(groups) == 1 and groups[0]["sessions"][0]["name"] == session
+      hparams = groups[0]["hparams"]
+      assert hparams["hypernet.kind"] == "chunked" and hparams["optim.lr"] == pytest.approx(1e-3)
+      assert hparams["params.trainable"] == result["params/trainable"]
+      values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
+      assert set(values) == {"loss", "accuracy"}, (logdir, values)
+      assert values["accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
+      assert values["loss"] == pytest.approx(result["loss"], rel=1e-6)
+    finally:
+      tb.close()
 
 
 def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path):
