@@ -265,11 +265,22 @@ def check_workdir_is_folder(workdir: str, flag: str = "--workdir") -> None:
 
 
 def _metric_text(name: str, value) -> str:
-  if isinstance(value, float) and "accuracy" in name:
+  if isinstance(value, float) and "accuracy" in name and "ci95" not in name:
     return f"{name} {100 * value:.2f}%"
   if isinstance(value, float):
     return f"{name} {value:.4g}"
   return f"{name} {value}"
+
+
+def _latest_checkpoint_step(folder: str) -> Optional[int]:
+  """The step of the checkpoint named by ``folder/checkpoint`` (CheckpointManager's
+  state file), without importing TensorFlow."""
+  try:
+    with open(os.path.join(folder, "checkpoint")) as f:
+      match = re.search(r'^model_checkpoint_path: ".*?ckpt-(\d+)"', f.read(), re.M)
+  except OSError:
+    return None
+  return int(match.group(1)) if match else None
 
 
 def closing_summary(result: Mapping, workdir: str) -> str:
@@ -279,15 +290,27 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   Args:
     result: ``train_lib.train_and_evaluate``'s return value (or ``final_metrics.json``).
     workdir: the run's folder.
+
+  Returns:
+    Five lines (six with skipped steps), e.g.::
+
+      Done: 3000 steps in 15.7 s.
+        test:        accuracy 97.77%, loss 0.08019
+        metrics:     /tmp/hypernet/digits_hyper/final_metrics.json
+        checkpoints: /tmp/hypernet/digits_hyper/checkpoints (latest: step 3000)
+        TensorBoard: tensorboard --logdir /tmp/hypernet/digits_hyper
   """
   skip = ("step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
+  order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
   checkpoints = os.path.join(workdir, "checkpoints")
+  latest = _latest_checkpoint_step(checkpoints)
   lines = [
       f"Done: {result.get('step', '?')} steps in {result.get('wall_time_sec', 0):.1f} s.",
-      "  test:        " + ", ".join(_metric_text(k, v) for k, v in metrics.items()),
+      "  test:        " + ", ".join(_metric_text(k, metrics[k]) for k in order),
       f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
-      f"  checkpoints: {checkpoints}",
+      f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
+                                         else ""),
       f"  TensorBoard: tensorboard --logdir {workdir}",
   ]
   if result.get("skipped_steps"):

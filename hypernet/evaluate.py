@@ -18,14 +18,10 @@ import os
 import sys
 from typing import Any, Dict, Optional, Union
 
-from hypernet import cli
-
-_VERBOSE = cli.quiet_startup(sys.argv) if __name__ == "__main__" else False
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
-import tensorflow as tf
+
+from hypernet import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (holds config.json and "
                                "checkpoints/).", required=True)
@@ -50,6 +46,7 @@ def load_config(workdir: str):
     FileNotFoundError: ``workdir`` holds no ``config.json`` (not a training workdir).
     ConfigError: the file does not fit this version's config schema.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "config.json")
   if not tf.io.gfile.exists(path):
@@ -83,6 +80,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
       ``export_path`` does not exist (checked before any work).
     ConfigError: an incompatible ``config.json``.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet import checkpoints, export, train_lib  # pylint: disable=g-import-not-at-top
   if export_path:
     export.check_export_path(export_path)
@@ -109,7 +107,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  cli.configure_logging(_VERBOSE)
+  cli.configure_logging(cli.quiet_startup(sys.argv))  # Imports TensorFlow.
 
   def run():
     cli.check_workdir_is_folder(_WORKDIR.value)

@@ -14,14 +14,11 @@ checkpoint). ``--verbosity=0`` shows TensorFlow's own log lines too.
 """
 import sys
 
-from hypernet import cli
-
-_VERBOSE = cli.quiet_startup(sys.argv)
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from ml_collections import config_flags
+
+from hypernet import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, TensorBoard "
                                "events and final metrics.", required=True)
@@ -36,8 +33,9 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  cli.configure_logging(_VERBOSE)
-  from hypernet import train_lib
+  # TensorFlow is imported only now, after the flags parsed (a flag error is immediate).
+  cli.configure_logging(cli.quiet_startup(sys.argv))
+  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
 
   def run():
     cli.check_workdir_is_folder(_WORKDIR.value)
