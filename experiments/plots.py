@@ -24,7 +24,10 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
     path: output PNG file.
     title: plot title.
   """
-  fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+  fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+  # Labels above the plain CNN points and below the hypernetwork points (the plain curve
+  # lies above), on a white box so that grid lines and curves do not run through them.
+  offsets = {"plain": (0, 9), "hypernetwork": (0, -16)}
   for kind in ("plain", "hypernetwork"):
     points = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["trainable"])
     if not points:
@@ -35,15 +38,24 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
                 else "plain CNN trained directly", **_STYLE[kind])
     for r in points:
       ax.annotate(r["name"], (r["trainable"], 100 * r["accuracy"]), fontsize=7,
-                  textcoords="offset points", xytext=(4, -10))
+                  textcoords="offset points", xytext=offsets[kind], ha="center",
+                  color=_STYLE[kind]["color"],
+                  bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
   ax.set_xscale("log")
+  low = min(r["trainable"] for r in rows)
+  high = max(r["trainable"] for r in rows)
+  ax.set_xlim(low / 1.6, high * 1.6)  # Room for the labels at both ends.
+  bottom = min(100 * (r["accuracy"] - r["accuracy_std"]) for r in rows)
+  ax.set_ylim(bottom - 4, 101)
   ax.set_xlabel("trainable parameters (log scale)")
   ax.set_ylabel("test accuracy (%)")
   ax.set_title(title)
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(loc="best", fontsize=8)
+  # The legend below the axes: it cannot cover a point.
+  ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8,
+            frameon=False)
   fig.tight_layout()
-  fig.savefig(path)
+  fig.savefig(path, bbox_inches="tight")
   plt.close(fig)
 
 
@@ -57,21 +69,26 @@ def learning_curves(curves: Dict[str, Dict[str, List[Tuple[int, float]]]],
     path: output PNG file.
     title: figure title.
   """
-  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
-  for name, curve in curves.items():
-    style = dict(linestyle="-" if kinds[name] == "hypernetwork" else "--", linewidth=1.2)
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.6), dpi=120)
+  colors = plt.get_cmap("tab10").colors
+  for i, (name, curve) in enumerate(curves.items()):
+    style = dict(linestyle="-" if kinds[name] == "hypernetwork" else "--", linewidth=1.3,
+                 color=colors[i % len(colors)])
     if curve.get("eval_accuracy"):
       steps, values = zip(*curve["eval_accuracy"])
       left.plot(steps, [100 * v for v in values], label=name, **style)
     if curve.get("train_loss"):
       steps, values = zip(*curve["train_loss"])
-      right.plot(steps, values, label=name, **style)
+      right.plot(steps, values, **style)
   left.set(xlabel="step", ylabel="test accuracy (%)", title="evaluation accuracy")
   right.set(xlabel="step", ylabel="training loss (nats)", title="training loss", yscale="log")
   for ax in (left, right):
     ax.grid(True, alpha=0.3)
-  left.legend(fontsize=7)
+  # One legend for both panels, below them (dashed: plain CNNs, solid: hypernetworks), so
+  # it hides no curve.
+  fig.legend(loc="lower center", ncol=min(len(curves), 4), fontsize=8, frameon=False,
+             bbox_to_anchor=(0.5, 0.0))
   fig.suptitle(title)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0.12, 1, 1))
   fig.savefig(path)
   plt.close(fig)

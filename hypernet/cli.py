@@ -201,7 +201,8 @@ def parse_flags(argv: List[str]) -> List[str]:
   Returns:
     The remaining (positional) arguments, program name first.
 
-  Exits with status 1 and one line on stderr (``<program>: <what is wrong>``) for an
+  ``--help`` / ``--helpfull`` print the flags and exit 0. Exits with status 1 and one
+  line on stderr (``<program>: <what is wrong>``) for an
   unknown flag or config field (with the closest name), a missing or broken config file,
   a bad flag value or a missing required flag.
   """
@@ -218,8 +219,12 @@ def parse_flags(argv: List[str]) -> List[str]:
     if "config" in flags.FLAGS and flags.FLAGS["config"].value is not None:
       flags.FLAGS["config"].value.keys()  # ml_collections defers some errors to first use.
     return rest
-  except SystemExit:
-    raise
+  except SystemExit as e:
+    # absl's --help / --helpfull print the usage and exit 1; asking for help succeeds.
+    if any(a in ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
+           for a in argv[1:]):
+      sys.exit(0)
+    raise e
   except Exception as e:  # pylint: disable=broad-except
     message = None
     try:
