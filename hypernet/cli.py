@@ -277,6 +277,13 @@ def _metric_text(name: str, value) -> str:
   return f"{name} {value}"
 
 
+def format_metrics(metrics: Mapping) -> str:
+  """``"accuracy 97.77%, loss 0.08019"``: accuracies first and in percent (not their
+  ``_ci95`` half-widths), other values to 4 significant digits."""
+  order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
+  return ", ".join(_metric_text(k, metrics[k]) for k in order)
+
+
 def _latest_checkpoint_step(folder: str) -> Optional[int]:
   """The step of the checkpoint named by ``folder/checkpoint`` (CheckpointManager's
   state file), without importing TensorFlow."""
@@ -307,12 +314,11 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   """
   skip = ("step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
-  order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
   checkpoints = os.path.join(workdir, "checkpoints")
   latest = _latest_checkpoint_step(checkpoints)
   lines = [
       f"Done: {result.get('step', '?')} steps in {result.get('wall_time_sec', 0):.1f} s.",
-      "  test:        " + ", ".join(_metric_text(k, metrics[k]) for k in order),
+      "  test:        " + format_metrics(metrics),
       f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
                                          else ""),

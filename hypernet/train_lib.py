@@ -34,6 +34,7 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Dict, List, Optional, Tuple
@@ -43,7 +44,7 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet import distribute, objectives, tasks
+from hypernet import cli, distribute, objectives, tasks
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -491,7 +492,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     # A step-0 checkpoint: a non-finite step before the first save can then be replayed.
     trainer.manager.save(checkpoint_number=0)
   writer.flush()
-  logging.info("Parameters: %s", counts)
+  logging.info("Parameters: %s", ", ".join(
+      f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v:,}" for k, v in counts.items()))
   if is_chief:
     # config.json describes the run that started in this workdir; a resumed run with a
     # changed config records it beside it instead of overwriting it.
@@ -570,16 +572,16 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       writer.scalars(step, metrics, "train")
       eta = (f"ETA {(total - step) * (now - steady_t) / (step - steady_step):.0f}s"
              if step > steady_step else "ETA after the next log")
-      logging.info("step %d/%d  loss %.4f  accuracy %.4f  %.1f steps/s  %s", step, total,
-                   metrics.get("loss", float("nan")), metrics.get("accuracy", float("nan")),
-                   rate, eta)
+      shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
+                        if k in metrics and math.isfinite(metrics[k]))
+      logging.info("step %d/%d  %s  %.1f steps/s  %s", step, total, shown, rate, eta)
       last_t, last_step = now, step
     if model_summaries and step % config.summaries.every == 0:
       model_summaries.write(writer, step)
     if (config.eval_every > 0 and step % config.eval_every == 0) or step == total:
       eval_metrics = trainer.evaluate()
       writer.scalars(step, eval_metrics, "eval")
-      logging.info("eval at step %d: %s", step, eval_metrics)
+      logging.info("eval at step %d: %s", step, cli.format_metrics(eval_metrics))
     if step % config.checkpoint_every == 0 or step == total:
       trainer.manager.save(checkpoint_number=step)
   profiler.update(step)
