@@ -27,9 +27,12 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
   exits by the same signal; a second job on the same workdir is refused
   (:mod:`hypernet.checkpoints`);
 * every ``config.summaries.every`` steps the model summaries of
-  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms), an
-  optional profiler trace, and the hparams plugin's record of the run;
-* at the end the final evaluation metrics are written to ``workdir/final_metrics.json``.
+  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms) and an
+  optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
+  the run; a resumed run first writes a TensorBoard restart marker at the restored step,
+  so that no step appears twice;
+* at the end the final evaluation metrics are written to ``workdir/final_metrics.json``;
+  rerunning a finished run returns them without rewriting anything.
 """
 from __future__ import annotations
 
