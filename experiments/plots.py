@@ -25,9 +25,11 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
     title: plot title.
   """
   fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
-  # Labels above the plain CNN points and below the hypernetwork points (the plain curve
-  # lies above), on a white box so that grid lines and curves do not run through them.
-  offsets = {"plain": (0, 9), "hypernetwork": (0, -16)}
+  # Both curves rise to the right, the plain one above: its labels go up-left of each
+  # point, the hypernetwork's down-right (straight below when the next point is within
+  # 2x, and for the last), on a white box,
+  # so that no label sits on a curve, a point or another label.
+  place = {"plain": ("right", -5, 6), "hypernetwork": ("left", 5, -14)}
   for kind in ("plain", "hypernetwork"):
     points = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["trainable"])
     if not points:
@@ -36,9 +38,13 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
                 yerr=[100 * r["accuracy_std"] for r in points], capsize=3,
                 label="hypernetwork (chunked) generates the 32-64 CNN" if kind == "hypernetwork"
                 else "plain CNN trained directly", **_STYLE[kind])
-    for r in points:
+    for i, r in enumerate(points):
+      ha, dx, dy = place[kind]
+      close = i + 1 == len(points) or points[i + 1]["trainable"] < 2 * r["trainable"]
+      if kind == "hypernetwork" and close:  # The last, or a neighbour close on the right.
+        ha, dx, dy = "center", 0, -18
       ax.annotate(r["name"], (r["trainable"], 100 * r["accuracy"]), fontsize=7,
-                  textcoords="offset points", xytext=offsets[kind], ha="center",
+                  textcoords="offset points", xytext=(dx, dy), ha=ha,
                   color=_STYLE[kind]["color"],
                   bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
   ax.set_xscale("log")
