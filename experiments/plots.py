@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # Files only, no display.
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+import matplotlib.ticker  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _STYLE = {"plain": dict(color="tab:blue", marker="o"),
           "hypernetwork": dict(color="tab:red", marker="s")}
@@ -98,3 +99,57 @@ def learning_curves(curves: Dict[str, Dict[str, List[Tuple[int, float]]]],
   fig.tight_layout(rect=(0, 0.12, 1, 1))
   fig.savefig(path)
   plt.close(fig)
+
+
+def run_curves(workdir: str, path: str, title: str) -> None:
+  """A finished run's curves from its TensorBoard events: training loss (``train/``) and
+  every evaluation metric (``eval/``: e.g. post- and pre-adaptation ``loss`` /
+  ``loss_before`` of a meta-learner, with its ``_ci95`` as a band), against step.
+
+  Args:
+    workdir: a training workdir (``python -m hypernet.train --workdir=...``).
+    path: output PNG file.
+    title: figure title.
+  """
+  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  train = summaries.read_scalars(f"{workdir}/train")
+  evals = summaries.read_scalars(f"{workdir}/eval")
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+  steps, values = zip(*train["loss"])
+  left.plot(steps, values, linewidth=1.0)
+  left.set(xlabel="step", ylabel="meta-training query loss", title="training (train/loss)",
+           yscale="log")
+  for tag in sorted(t for t in evals if not t.endswith("_ci95")):
+    steps, values = zip(*evals[tag])
+    label = {"loss": "loss (after adaptation)", "loss_before": "loss_before (before)"}.get(
+        tag, tag)
+    line, = right.plot(steps, values, marker="o", markersize=3, label=label)
+    if f"{tag}_ci95" in evals:
+      half = dict(evals[f"{tag}_ci95"])
+      right.fill_between(steps, [v - half.get(s, 0) for s, v in zip(steps, values)],
+                         [v + half.get(s, 0) for s, v in zip(steps, values)],
+                         color=line.get_color(), alpha=0.2, linewidth=0)
+  right.set(xlabel="step", ylabel="meta-test value (band: 95% CI)",
+            title="evaluation (eval/)", yscale="log")
+  right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+               frameon=False)
+  for ax in (left, right):
+    ax.grid(True, alpha=0.3)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda x, _: f"{x / 1000:g}k" if x >= 1000 else f"{x:g}"))
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, bbox_inches="tight")
+  plt.close(fig)
+
+
+if __name__ == "__main__":
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description="Curves of a finished run as a PNG.")
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--title", default="")
+  args = parser.parse_args()
+  run_curves(args.workdir, args.out, args.title or args.workdir)
+  print(f"wrote {args.out}")
