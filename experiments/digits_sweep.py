@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from typing import Dict, List, Mapping, Sequence
 
@@ -187,6 +188,8 @@ def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  cli.quiet_startup(sys.argv)  # TensorFlow's start-up and info lines off.
   logging.set_verbosity(logging.WARNING)
   os.makedirs(_OUT.value, exist_ok=True)
   rows = run_sweep(_OUT.value, _PRESET.value, _STEPS.value, [int(s) for s in _SEEDS.value])
