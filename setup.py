@@ -1,4 +1,9 @@
-"""Installs hypernet: hypernetworks and meta-learning for TensorFlow 2 / Keras 3."""
+"""Installs hypernet: hypernetworks and meta-learning for TensorFlow 2 / Keras 3.
+
+Supported versions are the ones the test suite runs on (README, "Supported versions"):
+Python 3.11, TensorFlow 2.21, Keras 3.15 (TensorBoard 2.21); the pins below allow that
+TensorFlow minor release and Keras 3 from 3.15 on.
+"""
 from setuptools import find_packages, setup
 
 setup(
@@ -8,13 +13,15 @@ setup(
                  "Keras 3 models, exact higher-order gradients, one training loop."),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
     packages=find_packages(include=["hypernet", "hypernet.*"]),
-    python_requires=">=3.9",
+    python_requires=">=3.11",
     install_requires=[
-        "tensorflow>=2.16",
-        "keras>=3.0",
+        "tensorflow>=2.21,<2.22",
+        "keras>=3.15,<4",
         "numpy",
-        "tensorboard",
+        "tensorboard>=2.21,<2.22",
         "absl-py",
         "ml-collections",
         "scikit-learn",
@@ -24,4 +31,14 @@ setup(
         "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
         "plots": ["matplotlib"],
     },
+    classifiers=[
+        "Development Status :: 3 - Alpha",
+        "Intended Audience :: Science/Research",
+        "Intended Audience :: Developers",
+        "License :: OSI Approved :: Apache Software License",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
 )

@@ -9,7 +9,7 @@ from hypernet import config_lib
 def get_config():
   c = config_lib.base_config()
   c.data.name = "digits"
-  c.data.augment_shift = 1     # +-1 pixel translations: the set has only 1,437 images
+  c.data.augment_shift = 1     # +-1 pixel translations: the set has only 1,438 training images
   c.num_steps = 3000
   c.batch_size = 64
   c.log_every = 100

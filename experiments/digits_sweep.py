@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from typing import Dict, List, Mapping, Sequence
 
@@ -150,7 +151,7 @@ def run_sweep(out: str, preset: str = "full", steps: int = None,
 def markdown_table(rows: Sequence[Mapping]) -> str:
   """The results as a markdown table (accuracy in %, mean +- std over seeds)."""
   seeds = len(rows[0]["seeds"]) if rows else 1
-  lines = [f"Digits (sklearn 8x8, 1,437 train / 360 test images), {rows[0]['steps']} steps, "
+  lines = [f"Digits (sklearn 8x8, 1,438 train / 359 test images), {rows[0]['steps']} steps, "
            f"{seeds} seed(s); compression = target parameters / trainable parameters.", "",
            "| run | weight source | trainable params | target params | compression | "
            "test accuracy (%) | test loss | wall time (s) |",
@@ -187,6 +188,8 @@ def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  cli.quiet_startup(sys.argv)  # TensorFlow's start-up and info lines off.
   logging.set_verbosity(logging.WARNING)
   os.makedirs(_OUT.value, exist_ok=True)
   rows = run_sweep(_OUT.value, _PRESET.value, _STEPS.value, [int(s) for s in _SEEDS.value])
@@ -196,4 +199,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags)

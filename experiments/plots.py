@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # Files only, no display.
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+import matplotlib.ticker  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _STYLE = {"plain": dict(color="tab:blue", marker="o"),
           "hypernetwork": dict(color="tab:red", marker="s")}
@@ -24,7 +25,12 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
     path: output PNG file.
     title: plot title.
   """
-  fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+  fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+  # Both curves rise to the right, the plain one above: its labels go up-left of each
+  # point, the hypernetwork's down-right (straight below when the next point is within
+  # 2x, and for the last), on a white box,
+  # so that no label sits on a curve, a point or another label.
+  place = {"plain": ("right", -5, 6), "hypernetwork": ("left", 5, -14)}
   for kind in ("plain", "hypernetwork"):
     points = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["trainable"])
     if not points:
@@ -33,17 +39,30 @@ def accuracy_vs_params(rows: Sequence[Mapping], path: str, title: str) -> None:
                 yerr=[100 * r["accuracy_std"] for r in points], capsize=3,
                 label="hypernetwork (chunked) generates the 32-64 CNN" if kind == "hypernetwork"
                 else "plain CNN trained directly", **_STYLE[kind])
-    for r in points:
+    for i, r in enumerate(points):
+      ha, dx, dy = place[kind]
+      close = i + 1 == len(points) or points[i + 1]["trainable"] < 2 * r["trainable"]
+      if kind == "hypernetwork" and close:  # The last, or a neighbour close on the right.
+        ha, dx, dy = "center", 0, -18
       ax.annotate(r["name"], (r["trainable"], 100 * r["accuracy"]), fontsize=7,
-                  textcoords="offset points", xytext=(4, -10))
+                  textcoords="offset points", xytext=(dx, dy), ha=ha,
+                  color=_STYLE[kind]["color"],
+                  bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
   ax.set_xscale("log")
+  low = min(r["trainable"] for r in rows)
+  high = max(r["trainable"] for r in rows)
+  ax.set_xlim(low / 1.6, high * 1.6)  # Room for the labels at both ends.
+  bottom = min(100 * (r["accuracy"] - r["accuracy_std"]) for r in rows)
+  ax.set_ylim(bottom - 4, 101)
   ax.set_xlabel("trainable parameters (log scale)")
   ax.set_ylabel("test accuracy (%)")
   ax.set_title(title)
   ax.grid(True, which="both", alpha=0.3)
-  ax.legend(loc="best", fontsize=8)
+  # The legend below the axes: it cannot cover a point.
+  ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8,
+            frameon=False)
   fig.tight_layout()
-  fig.savefig(path)
+  fig.savefig(path, bbox_inches="tight")
   plt.close(fig)
 
 
@@ -57,21 +76,80 @@ def learning_curves(curves: Dict[str, Dict[str, List[Tuple[int, float]]]],
     path: output PNG file.
     title: figure title.
   """
-  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
-  for name, curve in curves.items():
-    style = dict(linestyle="-" if kinds[name] == "hypernetwork" else "--", linewidth=1.2)
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.6), dpi=120)
+  colors = plt.get_cmap("tab10").colors
+  for i, (name, curve) in enumerate(curves.items()):
+    style = dict(linestyle="-" if kinds[name] == "hypernetwork" else "--", linewidth=1.3,
+                 color=colors[i % len(colors)])
     if curve.get("eval_accuracy"):
       steps, values = zip(*curve["eval_accuracy"])
       left.plot(steps, [100 * v for v in values], label=name, **style)
     if curve.get("train_loss"):
       steps, values = zip(*curve["train_loss"])
-      right.plot(steps, values, label=name, **style)
+      right.plot(steps, values, **style)
   left.set(xlabel="step", ylabel="test accuracy (%)", title="evaluation accuracy")
   right.set(xlabel="step", ylabel="training loss (nats)", title="training loss", yscale="log")
   for ax in (left, right):
     ax.grid(True, alpha=0.3)
-  left.legend(fontsize=7)
+  # One legend for both panels, below them (dashed: plain CNNs, solid: hypernetworks), so
+  # it hides no curve.
+  fig.legend(loc="lower center", ncol=min(len(curves), 4), fontsize=8, frameon=False,
+             bbox_to_anchor=(0.5, 0.0))
   fig.suptitle(title)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0.12, 1, 1))
   fig.savefig(path)
   plt.close(fig)
+
+
+def run_curves(workdir: str, path: str, title: str) -> None:
+  """A finished run's curves from its TensorBoard events: training loss (``train/``) and
+  every evaluation metric (``eval/``: e.g. post- and pre-adaptation ``loss`` /
+  ``loss_before`` of a meta-learner, with its ``_ci95`` as a band), against step.
+
+  Args:
+    workdir: a training workdir (``python -m hypernet.train --workdir=...``).
+    path: output PNG file.
+    title: figure title.
+  """
+  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  train = summaries.read_scalars(f"{workdir}/train")
+  evals = summaries.read_scalars(f"{workdir}/eval")
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+  steps, values = zip(*train["loss"])
+  left.plot(steps, values, linewidth=1.0)
+  left.set(xlabel="step", ylabel="meta-training query loss", title="training (train/loss)",
+           yscale="log")
+  for tag in sorted(t for t in evals if not t.endswith("_ci95")):
+    steps, values = zip(*evals[tag])
+    label = {"loss": "loss (after adaptation)", "loss_before": "loss_before (before)"}.get(
+        tag, tag)
+    line, = right.plot(steps, values, marker="o", markersize=3, label=label)
+    if f"{tag}_ci95" in evals:
+      half = dict(evals[f"{tag}_ci95"])
+      right.fill_between(steps, [v - half.get(s, 0) for s, v in zip(steps, values)],
+                         [v + half.get(s, 0) for s, v in zip(steps, values)],
+                         color=line.get_color(), alpha=0.2, linewidth=0)
+  right.set(xlabel="step", ylabel="meta-test value (band: 95% CI)",
+            title="evaluation (eval/)", yscale="log")
+  right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
+               frameon=False)
+  for ax in (left, right):
+    ax.grid(True, alpha=0.3)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda x, _: f"{x / 1000:g}k" if x >= 1000 else f"{x:g}"))
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, bbox_inches="tight")
+  plt.close(fig)
+
+
+if __name__ == "__main__":
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description="Curves of a finished run as a PNG.")
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--title", default="")
+  args = parser.parse_args()
+  run_curves(args.workdir, args.out, args.title or args.workdir)
+  print(f"wrote {args.out}")

@@ -208,6 +208,89 @@ def flatten(config, prefix: str = "") -> Dict[str, Any]:
   return out
 
 
+# The HParams table shows these first (TensorBoard displays the first five columns by
+# default; the others are one click away in its "Hyperparameters" list).
+HPARAMS_FIRST = ("optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size", "num_steps",
+                 "seed")
+# Fields that steer how a run is executed, observed or saved, not what it learns.
+_NOT_HPARAMS = ("summaries.", "fault.", "log_every", "eval_every", "checkpoint_every",
+                "checkpoint_keep", "deterministic", "jit_compile", "eval_batch_size",
+                "data.data_dir", "meta.parallel")
+_HYPERNET_KIND_FIELDS = {
+    "mlp": ("hidden", "embedding_dim"),
+    "chunked": ("hidden", "chunk_size", "chunk_emb_dim"),
+    "static": ("z_dim", "static_hidden_dim", "slice_channels"),
+}
+_MODEL_FIELDS = {
+    "cnn": ("conv_widths", "kernel_size", "pool", "dense_widths", "batch_norm", "dropout"),
+    "mobilenet_v2": ("alpha", "image_size", "bn_momentum"),
+    "conv4": ("conv_widths",),
+}
+_OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotations",
+                  "image_size")
+
+
+def _field_used(config, field: str) -> bool:
+  """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`)."""
+  if field.startswith(_NOT_HPARAMS):
+    return False
+  group, _, name = field.partition(".")
+  meta = config.task in ("few_shot", "sinusoid")
+  if group == "meta":
+    if not meta:
+      return False
+    if config.task == "sinusoid":
+      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries")
+    return name != "mlp_widths" and (name != "anil_head" or config.meta.learner == "anil")
+  if group == "multitask":
+    return config.task == "multitask_classification"
+  if group == "data":
+    if config.task == "sinusoid":
+      return False
+    if name in _OMNIGLOT_DATA:
+      return config.data.name == "omniglot"
+    if name == "test_fraction":
+      return config.data.name == "digits"
+    return name == "name" or not meta  # Augmentation: the classification pipeline.
+  if group == "model":
+    if config.task == "sinusoid":
+      return False
+    return name == "name" or name in _MODEL_FIELDS.get(config.model.name, ())
+  if group == "hypernet":
+    kind = config.hypernet.kind
+    if name == "kind" or kind == "none":
+      return name == "kind"
+    if name in ("condition_dim",):
+      return config.hypernet.num_conditions > 0
+    if name == "quantize_targets":
+      return config.hypernet.quantize != "none"
+    other_kinds = {f for k, fs in _HYPERNET_KIND_FIELDS.items() if k != kind for f in fs}
+    return name in _HYPERNET_KIND_FIELDS[kind] or name not in other_kinds
+  if group == "optim":
+    return {"weight_decay": config.optim.name == "adamw",
+            "momentum": config.optim.name == "sgd"}.get(name, True)
+  return True
+
+
+def hparams(config) -> Dict[str, Any]:
+  """The fields the run's kind uses, for TensorBoard's HParams table, in display order.
+
+  Leaves out what the run does not read (``meta.*`` for a classification run, Omniglot
+  fields for digits, other hypernetwork kinds' and models' fields, the optimiser fields of
+  other optimisers) and fields that steer execution rather than learning (``summaries.*``,
+  ``fault.*``, logging / checkpoint intervals, ``jit_compile``, ``data.data_dir``).
+  :data:`HPARAMS_FIRST` come first, then the rest in schema order.
+
+  Returns:
+    ``{"optim.lr": 0.001, ...}``; tuples become strings (the plugin takes bool, int,
+    float and str).
+  """
+  flat = {k: v for k, v in flatten(config).items() if _field_used(config, k)}
+  order = [k for k in HPARAMS_FIRST if k in flat] + [k for k in flat if k not in HPARAMS_FIRST]
+  return {k: (flat[k] if isinstance(flat[k], (bool, int, float, str)) else str(flat[k]))
+          for k in order}
+
+
 def config_from_dict(values: Dict[str, Any]):
   """Rebuilds a config from ``config.to_dict()`` or its JSON (``workdir/config.json``).
 

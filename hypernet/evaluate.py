@@ -7,18 +7,21 @@ Rebuilds the run from ``workdir/config.json``, restores the latest (or the named
 checkpoint, runs the task's evaluation (classification and few-shot tasks alike: the
 same ``Trainer.evaluate`` as the train loop), prints the metrics as JSON and writes them
 to ``workdir/eval_step<N>.json``. ``--export`` also writes the target network with its
-produced weights as a plain ``.keras`` model (:mod:`hypernet.export`).
+produced weights as a plain ``.keras`` model (:mod:`hypernet.export`) that takes the
+stored pixels (it scales them as training did) and outputs logits, or probabilities with
+``--export_softmax``.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Dict, Optional, Union
 
 from absl import app
 from absl import flags
-from absl import logging
-import tensorflow as tf
+
+from hypernet import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (holds config.json and "
                                "checkpoints/).", required=True)
@@ -26,6 +29,8 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", "", "Step number or checkpoint p
                                   "empty: the latest.")
 _EXPORT = flags.DEFINE_string("export", "", "Write the target network with its produced "
                               "weights to this .keras file.")
+_SOFTMAX = flags.DEFINE_bool("export_softmax", False, "The exported model ends in a softmax "
+                              "(class probabilities instead of logits).")
 _CONDITION = flags.DEFINE_integer("condition", 0, "Conditional hypernetworks: the condition "
                                   "(task id) whose target network is exported.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Override config.data.data_dir (a workdir "
@@ -41,6 +46,7 @@ def load_config(workdir: str):
     FileNotFoundError: ``workdir`` holds no ``config.json`` (not a training workdir).
     ConfigError: the file does not fit this version's config schema.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "config.json")
   if not tf.io.gfile.exists(path):
@@ -52,7 +58,8 @@ def load_config(workdir: str):
 
 def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
              export_path: Optional[str] = None, condition: Optional[int] = None,
-             output: Optional[str] = None, data_dir: Optional[str] = None) -> Dict[str, Any]:
+             output: Optional[str] = None, data_dir: Optional[str] = None,
+             softmax: bool = False) -> Dict[str, Any]:
   """Restores a checkpoint of ``workdir``, evaluates it and optionally exports the target.
 
   Args:
@@ -62,16 +69,21 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     condition: conditional hypernetworks: the condition to export (default 0).
     output: metrics JSON path (default ``workdir/eval_step<N>.json``; ``""``: none).
     data_dir: overrides ``config.data.data_dir``.
+    softmax: the exported model outputs probabilities instead of logits.
 
   Returns:
     The task's evaluation metrics (e.g. ``loss`` in nats, ``accuracy`` in [0, 1]) plus
     ``step``, ``checkpoint`` and, when exporting, ``export``.
 
   Raises:
-    FileNotFoundError: no config or no (such) checkpoint.
+    FileNotFoundError: no config or no (such) checkpoint, or the folder of
+      ``export_path`` does not exist (checked before any work).
     ConfigError: an incompatible ``config.json``.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet import checkpoints, export, train_lib  # pylint: disable=g-import-not-at-top
+  if export_path:
+    export.check_export_path(export_path)
   config = load_config(workdir)
   if data_dir is not None:
     config.data.data_dir = data_dir
@@ -82,7 +94,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
   result: Dict[str, Any] = dict(trainer.evaluate())
   result.update(step=step, checkpoint=path)
   if export_path:
-    export.export_target(trainer.task, export_path, condition)
+    export.export_target(trainer.task, export_path, condition, softmax)
     result["export"] = export_path
   if output is None:
     output = os.path.join(workdir, f"eval_step{step}.json")
@@ -95,14 +107,16 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+  cli.configure_logging(cli.quiet_startup(sys.argv))  # Imports TensorFlow.
+
   def run():
+    cli.check_workdir_is_folder(_WORKDIR.value)
     result = evaluate(_WORKDIR.value, _CHECKPOINT.value or None, _EXPORT.value or None,
-                      _CONDITION.value, _OUTPUT.value or None, _DATA_DIR.value)
+                      _CONDITION.value, _OUTPUT.value or None, _DATA_DIR.value,
+                      _SOFTMAX.value)
     print(json.dumps(result, indent=2))
-  train_lib.run_main(run, traceback=False)
+  cli.run_main(run, traceback=False)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -12,8 +12,18 @@ no ``hypernet`` import, no hypernetwork, no custom objects.
   on each episode's support set and are not part of the file.
 
 Non-trainable state (BatchNorm moving statistics) is copied from the trained target.
+
+The exported model takes the data as stored, not as the training pipeline feeds it: a
+``keras.layers.Rescaling`` layer named ``pixel_scale`` first multiplies the inputs by the
+data set's ``pixel_scale`` (1/16 for the digits' 0..16 pixels, 1/255 for IDX files'
+0..255), as the pipeline does, so raw pixels give the trained accuracy. It outputs
+logits, or class probabilities with ``softmax=True`` (``--export_softmax``).
+Meta-learning tasks (no image data set) export the target alone: it takes inputs as the
+episodes feed them.
 """
 from __future__ import annotations
+
+import os
 
 from typing import Optional
 
@@ -64,22 +74,77 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   return clone
 
 
-def export_target(task, path: str, condition: Optional[int] = None) -> keras.Model:
+class ExportPathError(ValueError):
+  """The export path is not a ``.keras`` file name."""
+
+
+def check_export_path(path: str) -> None:
+  """Fails before any work on an export path that cannot be written.
+
+  Raises:
+    ExportPathError (a ValueError): ``path`` does not end in ``.keras``.
+    FileNotFoundError: the folder of ``path`` does not exist.
+  """
+  if not str(path).endswith(".keras"):
+    raise ExportPathError(f"Export path {path!r} must end in '.keras' (the Keras 3 format).")
+  folder = os.path.dirname(os.path.abspath(str(path)))
+  if "://" not in str(path) and not os.path.isdir(folder):
+    raise FileNotFoundError(f"--export={path}: the folder {folder} does not exist; create "
+                            "it first or export elsewhere.")
+
+
+def input_scale(task) -> Optional[float]:
+  """The factor the training pipeline multiplies stored pixels by (``data.pixel_scale``),
+  or ``None`` when the task has no image data set (meta-learning, sinusoid)."""
+  scale = getattr(getattr(task, "data", None), "pixel_scale", None)
+  return None if scale is None else float(scale)
+
+
+def exported_model(task, condition: Optional[int] = None,
+                   softmax: bool = False) -> keras.Model:
+  """The model written by :func:`export_target`: input scaling, target, optional softmax.
+
+  Args:
+    task: a built task (see :func:`target_for_export`).
+    condition: see :func:`target_for_export`.
+    softmax: append a ``Softmax`` layer (outputs class probabilities instead of logits).
+
+  Returns:
+    ``keras.Model`` mapping stored inputs (e.g. digits pixels 0..16, float32
+    ``[N, 8, 8, 1]``) through ``Rescaling(pixel_scale)`` (if the task has an image data
+    set) and the target to logits (or probabilities) ``[N, num_classes]``.
+  """
+  target = target_for_export(task, condition)
+  scale = input_scale(task)
+  if scale is None and not softmax:
+    return target
+  inputs = keras.Input(shape=tuple(target.inputs[0].shape[1:]), name="inputs")
+  x = inputs if scale is None else keras.layers.Rescaling(scale, name="pixel_scale")(inputs)
+  outputs = target(x)
+  if softmax:
+    outputs = keras.layers.Softmax(name="probabilities")(outputs)
+  return keras.Model(inputs, outputs, name=f"{target.name}_exported")
+
+
+def export_target(task, path: str, condition: Optional[int] = None,
+                  softmax: bool = False) -> keras.Model:
   """Writes the target network with its produced weights to a ``.keras`` file.
 
   Args:
     task: a built task whose parameters are trained / restored.
-    path: output file; must end in ``.keras`` (Keras 3's native format).
+    path: output file; must end in ``.keras`` (Keras 3's native format), in an existing
+      folder.
     condition: see :func:`target_for_export`.
+    softmax: see :func:`exported_model`.
 
   Returns:
-    The exported model (as written).
+    The exported model (as written, see :func:`exported_model`).
 
   Raises:
     ValueError: ``path`` does not end in ``.keras``; see :func:`target_for_export`.
+    FileNotFoundError: the folder of ``path`` does not exist.
   """
-  if not str(path).endswith(".keras"):
-    raise ValueError(f"Export path {path!r} must end in '.keras' (the Keras 3 format).")
-  model = target_for_export(task, condition)
+  check_export_path(path)
+  model = exported_model(task, condition, softmax)
   model.save(path)
   return model

@@ -1,17 +1,26 @@
 """TensorBoard summaries under the workdir.
 
-Runs (sub-folders of the workdir, as TensorBoard shows them):
+Runs (sub-folders of the workdir, as TensorBoard shows them; nothing is written in the
+workdir itself, so there is no run named ``.``):
 
 * ``train/`` -- scalars every ``config.log_every`` steps (loss, accuracy, learning rate,
-  steps/s, examples/s, gradient norm), the config as text, parameter counts, and every
-  ``config.summaries.every`` steps the *model summaries* of :class:`ModelSummaries`:
+  steps/s, examples/s, gradient norm), the config and the parameter counts as text, and
+  every ``config.summaries.every`` steps the *model summaries* of :class:`ModelSummaries`:
   histograms of each generated weight tensor and of the chunk/condition embeddings,
   conv kernels drawn as filter grids, per-tensor norms of the generated weights, of
   the gradients and of the updates; an optional profiler trace (``plugins/profile``);
-* ``eval/`` -- evaluation metrics;
-* ``.`` (the workdir itself) -- the hparams plugin's session: the flattened config as
-  hyperparameters and the ``final/*`` metrics, so that runs started under one parent
-  folder can be compared in the HParams table (``tensorboard --logdir=PARENT``).
+* ``eval/`` -- evaluation metrics (at step 0, every ``eval_every`` steps and at the
+  end), the final metrics as a text table, and the hparams plugin's session: the fields
+  the run uses (:func:`hypernet.config_lib.hparams`) and the parameter counts as
+  hyperparameters, the eval metrics as metric columns. The session lives in the run that
+  holds its metrics, so the HParams table is filled both with ``tensorboard
+  --logdir=WORKDIR`` and with ``--logdir=PARENT`` (TensorBoard looks metrics up in the
+  session's run folder).
+
+A resumed run first writes a *restart marker* (``SessionLog.START`` events, in a small
+events file of their own) into each run that already has events: TensorBoard then drops
+the points the interrupted run logged after the restored checkpoint, so every step
+appears once (:func:`read_scalars` applies the same rule).
 
 Model summaries run in their own ``tf.function`` at the summary interval, on the
 training batch of the next step (read from the step-indexed pipeline, not taken from
@@ -22,6 +31,8 @@ and without them end bitwise equal).
 from __future__ import annotations
 
 import os
+import socket
+import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
@@ -73,35 +84,87 @@ class Writer:
       for k, v in values.items():
         tf.summary.image(k, np.asarray(v, np.float32)[None], max_outputs=1)
 
-  def config(self, config) -> None:
-    """The config as a markdown code block under the ``config`` text tag."""
+  def text(self, step: int, values: Mapping[str, str], split: str = "train") -> None:
+    """Markdown texts ``{tag: str}`` at ``step`` (TensorBoard's Text tab)."""
     if not self.enabled:
       return
-    text = "```\n" + str(config) + "\n```"
-    with self._writer("train").as_default(step=0):
-      tf.summary.text("config", text)
+    with self._writer(split).as_default(step=step):
+      for k, v in values.items():
+        tf.summary.text(k, v)
 
-  def hparams(self, config, metrics: Sequence[Tuple[str, Optional[str]]],
+  def config(self, config) -> None:
+    """The config as a markdown code block under the ``config`` text tag."""
+    self.text(0, {"config": "```\n" + str(config) + "\n```"})
+
+  def hparams(self, config, metrics: Sequence[str], extra: Optional[Mapping] = None,
               trial_id: Optional[str] = None) -> None:
     """Registers the run with the hparams plugin (``tensorboard.plugins.hparams.api``).
 
+    The session is written into the ``eval`` run, next to its metric columns.
+
     Args:
-      config: the experiment config; flattened to ``{"optim.lr": ..., ...}``, tuples
-        written as strings (the plugin takes bool, int, float and str).
-      metrics: ``(tag, run)`` pairs shown as metric columns, ``run`` relative to the
-        workdir (``"eval"``) or ``None`` for the workdir itself (``final/accuracy``).
+      config: the experiment config; the fields the run uses become hyperparameters
+        (:func:`hypernet.config_lib.hparams`, display order kept).
+      metrics: tags of the ``eval`` run shown as metric columns (``accuracy``, ``loss``).
+      extra: more hyperparameter columns, e.g. ``{"params.trainable": 69824}``.
       trial_id: the session name (default: the workdir's folder name).
     """
     if not self.enabled:
       return
     from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
     from hypernet import config_lib  # pylint: disable=g-import-not-at-top
-    flat = {k: (v if isinstance(v, (bool, int, float, str)) else str(v))
-            for k, v in config_lib.flatten(config).items()}
-    with self._writer("").as_default(step=0):
-      hp.hparams_config(hparams=[hp.HParam(k) for k in flat],
-                        metrics=[hp.Metric(tag, group=group) for tag, group in metrics])
-      hp.hparams(flat, trial_id=trial_id or os.path.basename(os.path.normpath(self._workdir)))
+    from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
+    values = dict(config_lib.hparams(config))
+    values.update(extra or {})
+    pb = summary_v2.hparams_config_pb(
+        [hp.HParam(k) for k in values],
+        [hp.Metric(tag, display_name=f"eval {tag}") for tag in metrics])
+    # TensorBoard lists the hyperparameters marked "differs" first (then by name) and the
+    # HParams table shows the first five by default: mark the key fields.
+    content = pb.value[0].metadata.plugin_data
+    data = plugin_data_pb2.HParamsPluginData.FromString(content.content)
+    for info in data.experiment.hparam_infos:
+      info.differs = info.name in config_lib.HPARAMS_FIRST
+    content.content = data.SerializeToString()
+    with self._writer("eval").as_default(step=0):
+      with tf.summary.experimental.summary_scope("hparams_config"):
+        tf.summary.experimental.write_raw_pb(pb.SerializeToString(), step=0)
+      hp.hparams(values, trial_id=trial_id or os.path.basename(os.path.normpath(self._workdir)))
+
+  def restart(self, step: int, splits: Sequence[str] = ("train", "eval")) -> List[str]:
+    """Writes a restart marker at ``step`` into each run of ``splits`` that has events.
+
+    TensorBoard drops the events of a run whose step is ``>= step`` that precede the
+    marker (``SessionLog.START``; its first START only opens a session, so the marker
+    holds two). The marker is an events file of its own named to sort after the run's
+    existing files and before those this process writes next; call it before writing
+    anything else into these runs.
+
+    Returns:
+      The marker files written.
+    """
+    if not self.enabled:
+      return []
+    from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    written = []
+    for split in splits:
+      folder = os.path.join(self._workdir, split)
+      if split in self._writers or not tf.io.gfile.glob(
+          os.path.join(folder, "events.out.tfevents.*")):
+        continue
+      # TensorFlow names its files events.out.tfevents.<seconds>.<host>.<pid>.<n>.v2:
+      # ".0.restart" sorts before this process's next file of the same second.
+      path = os.path.join(folder, f"events.out.tfevents.{int(time.time()):010d}."
+                          f"{socket.gethostname()}.{os.getpid()}.0.restart")
+      now = time.time()
+      start = event_pb2.Event(wall_time=now, step=step, session_log=event_pb2.SessionLog(
+          status=event_pb2.SessionLog.START))
+      with tf.io.TFRecordWriter(path) as f:
+        f.write(event_pb2.Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+        f.write(start.SerializeToString())
+        f.write(start.SerializeToString())
+      written.append(path)
+    return written
 
   def flush(self) -> None:
     for w in self._writers.values():
@@ -179,18 +242,24 @@ def embedding_variables(variables: Iterable) -> Dict[str, object]:
           if "embedding" in variable_name(v).rsplit("/", 1)[-1]}
 
 
-def kernel_grid(kernel: np.ndarray, max_filters: int = 64, scale: Optional[int] = None) -> np.ndarray:
+def kernel_grid(kernel: np.ndarray, max_filters: int = 64, scale: Optional[int] = None,
+                max_width: int = 320, gap: int = 2) -> np.ndarray:
   """Draws a conv kernel's filters as one image: a grid of small pictures.
 
   Each filter ``kernel[:, :, :, o]`` is scaled by its own largest absolute value so that
   0 is mid-grey (0.5), negative weights darker and positive brighter; filters are
-  enlarged ``scale`` times (nearest neighbour) and separated by 1-pixel white lines.
+  enlarged ``scale`` times (nearest neighbour, so each weight is a visible square) and
+  laid out in rows no wider than ``max_width`` pixels (TensorBoard's image card shows it
+  whole, without a scrollbar), columns balanced over the rows, separated by ``gap``
+  white pixels.
 
   Args:
     kernel: ``[kh, kw, in_channels, out_channels]``; with 3 input channels the filters
       are RGB, otherwise the mean over input channels is drawn in grey.
     max_filters: draw at most this many filters (the first ones).
-    scale: enlargement factor (default: filters about 24 pixels wide).
+    scale: enlargement factor (default: filters about 30 pixels wide, 10x for 3x3).
+    max_width: widest image in pixels (at least one filter per row).
+    gap: white pixels between filters and around the grid.
 
   Returns:
     float32 ``[H, W, C]`` in ``[0, 1]``, ``C`` = 3 for RGB filters, else 1.
@@ -206,15 +275,17 @@ def kernel_grid(kernel: np.ndarray, max_filters: int = 64, scale: Optional[int] 
   filters = np.moveaxis(filters, 3, 0)[:max_filters]          # [n, kh, kw, c]
   peak = np.abs(filters).max(axis=(1, 2, 3), keepdims=True)
   filters = 0.5 + 0.5 * filters / np.where(peak > 0, peak, 1.0)
-  scale = scale or max(1, 24 // max(kh, kw))
+  scale = scale or max(1, 30 // max(kh, kw))
   filters = filters.repeat(scale, axis=1).repeat(scale, axis=2)
   n, h, w, c = filters.shape
-  cols = int(np.ceil(np.sqrt(n)))
+  cols = max(1, min(n, (max_width - gap) // (w + gap)))
   rows = int(np.ceil(n / cols))
-  grid = np.ones((rows * (h + 1) + 1, cols * (w + 1) + 1, c), np.float32)
+  cols = int(np.ceil(n / rows))  # Balanced: 32 filters in 4 rows of 8, not 9 + 9 + 9 + 5.
+  grid = np.ones((rows * (h + gap) + gap, cols * (w + gap) + gap, c), np.float32)
   for i in range(n):
     r, q = divmod(i, cols)
-    grid[1 + r * (h + 1): 1 + r * (h + 1) + h, 1 + q * (w + 1): 1 + q * (w + 1) + w] = filters[i]
+    top, left = gap + r * (h + gap), gap + q * (w + gap)
+    grid[top:top + h, left:left + w] = filters[i]
   return grid
 
 
@@ -340,7 +411,9 @@ class Profiler:
 def read_scalars(logdir: str) -> Dict[str, List[Tuple[int, float]]]:
   """Reads the scalars of one run folder: ``{tag: [(step, value), ...]}`` sorted by step.
 
-  Reads both TF2 summaries (tensor values) and legacy ``simple_value`` scalars.
+  Reads both TF2 summaries (tensor values) and legacy ``simple_value`` scalars, files in
+  name order as TensorBoard does; a restart marker (``SessionLog.START`` at step ``s``,
+  :meth:`Writer.restart`) drops the values read so far at steps ``>= s``.
   """
   out: Dict[str, Dict[int, float]] = {}
   for path in sorted(tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*"))):
@@ -353,6 +426,11 @@ def read_scalars(logdir: str) -> Dict[str, List[Tuple[int, float]]]:
 
 
 def _add_scalars(event, out: Dict[str, Dict[int, float]]) -> None:
+  if event.HasField("session_log") and event.session_log.status == event.session_log.START:
+    for steps in out.values():
+      for s in [s for s in steps if s >= event.step]:
+        del steps[s]
+    return
   for value in event.summary.value:
     if value.HasField("tensor"):
       array = tf.make_ndarray(value.tensor)

@@ -27,13 +27,17 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
   exits by the same signal; a second job on the same workdir is refused
   (:mod:`hypernet.checkpoints`);
 * every ``config.summaries.every`` steps the model summaries of
-  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms), an
-  optional profiler trace, and the hparams plugin's record of the run;
-* at the end the final evaluation metrics are written to ``workdir/final_metrics.json``.
+  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms) and an
+  optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
+  the run; a resumed run first writes a TensorBoard restart marker at the restored step,
+  so that no step appears twice;
+* at the end the final evaluation metrics are written to ``workdir/final_metrics.json``;
+  rerunning a finished run returns them without rewriting anything.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Dict, List, Optional, Tuple
@@ -43,7 +47,7 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet import distribute, objectives, second_order, tasks
+from hypernet import cli, distribute, objectives, second_order, tasks
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -272,25 +276,6 @@ class Trainer:
 
 
 # -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
-def user_errors() -> tuple:
-  """Errors whose message tells the user what to fix; entry points print them without a
-  Python traceback (``--traceback`` shows it)."""
-  from hypernet import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
-  return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-          checkpoints.WorkdirInUseError, NonFiniteLossError)
-
-
-def run_main(fn, traceback: bool) -> None:
-  """Calls ``fn()``; a :func:`user_errors` error is logged as one message and exits 1."""
-  try:
-    fn()
-  except user_errors() as e:  # pylint: disable=catching-non-exception
-    if traceback:
-      raise
-    logging.error("%s: %s", type(e).__name__, e)
-    raise SystemExit(1) from None
-
-
 def config_changes(workdir: str, config) -> list:
   """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
   config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
@@ -304,6 +289,14 @@ def config_changes(workdir: str, config) -> list:
   now = config_lib.flatten(ml_collections.ConfigDict(json.loads(config.to_json_best_effort())))
   return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
           if json.dumps(saved.get(k)) != json.dumps(now.get(k))]
+
+
+def signal_name(signum: int) -> str:
+  import signal  # pylint: disable=g-import-not-at-top
+  try:
+    return signal.Signals(signum).name
+  except ValueError:
+    return f"signal {signum}"
 
 
 def _next_event(step: int, every: int, end: int) -> int:
@@ -400,11 +393,28 @@ def _replay_to(trainer: Trainer, step: int) -> int:
   return -1
 
 
-def _hparams_metrics(metric_names, counts) -> List[Tuple[str, Optional[str]]]:
-  metrics = [(m, "eval") for m in metric_names] + [("loss", "train"),
-                                                   ("examples_per_sec", "train")]
-  metrics += [(f"final/{m}", None) for m in metric_names]
-  return metrics + [(f"params/{k}", None) for k in counts]
+def _counts_text(counts: Dict[str, float]) -> str:
+  """The parameter counts as a markdown table (TensorBoard's Text tab)."""
+  rows = [f"| {k} | {v:,.4g} |" if isinstance(v, float) else f"| {k} | {v:,} |"
+          for k, v in counts.items()]
+  return "\n".join(["| parameters | count |", "|---|---:|"] + rows)
+
+
+def _metrics_text(step: int, metrics: Dict[str, float]) -> str:
+  """The final evaluation metrics as a markdown table."""
+  rows = [f"| {k} | {100 * v:.2f}% |" if "accuracy" in k and "ci95" not in k
+          else f"| {k} | {v:.6g} |" for k, v in metrics.items()]
+  return "\n".join([f"| metric (step {step}) | value |", "|---|---:|"] + rows)
+
+
+def finished_result(workdir: str, step: int) -> Optional[Dict]:
+  """``workdir/final_metrics.json`` if it records a run that ended at ``step``."""
+  path = os.path.join(workdir, "final_metrics.json")
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    saved = json.load(f)
+  return saved if saved.get("step") == step else None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -461,20 +471,34 @@ def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float
 def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, float]:
   """Runs chunks of steps to ``config.num_steps`` with events between them."""
   from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  t0 = time.time()
   is_chief = trainer.is_chief
   writer = summaries.Writer(workdir, enabled=is_chief)
+  resumed = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")) is not None
   start = trainer.restore()
+  total = config.num_steps
+  if start >= total:
+    saved = finished_result(workdir, start)
+    if saved is not None:  # A finished run: report it, rewrite nothing.
+      logging.info("The run in %s finished at step %d; its saved metrics follow (a larger "
+                   "--config.num_steps continues it).", workdir, start)
+      return saved
+  if resumed:
+    # Points the interrupted run logged after the restored step are dropped; a run resumed
+    # from its step-0 checkpoint starts over and rewrites step 0.
+    writer.restart(start + 1 if start else 0)
   counts = trainer.task.describe() if hasattr(trainer.task, "describe") else {}
   if start == 0:
     writer.config(config)
-    writer.scalars(0, {f"params/{k}": v for k, v in counts.items()}, "train")
-    writer.scalars(0, {f"params/{k}": v for k, v in counts.items()}, "")
+    writer.text(0, {"parameters": _counts_text(counts)}, "train")
+    if config.summaries.hparams:
+      writer.hparams(config, trainer.metric_names,
+                     {f"params.{k}": v for k, v in counts.items()})
     # A step-0 checkpoint: a non-finite step before the first save can then be replayed.
     trainer.manager.save(checkpoint_number=0)
-  if config.summaries.hparams:
-    writer.hparams(config, _hparams_metrics(trainer.metric_names, counts))
   writer.flush()
-  logging.info("Parameters: %s", counts)
+  logging.info("Parameters: %s", ", ".join(
+      f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v:,}" for k, v in counts.items()))
   if is_chief:
     # config.json describes the run that started in this workdir; a resumed run with a
     # changed config records it beside it instead of overwriting it.
@@ -490,14 +514,18 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   profiler = summaries.Profiler(os.path.join(workdir, "train"), config.summaries.profile_start,
                                 config.summaries.profile_steps, enabled=is_chief)
 
-  total = config.num_steps
   iterator = trainer.train_iterator(start)
   step = start
-  if model_summaries and step % config.summaries.every == 0 and step < total:
-    model_summaries.write(writer, step)
-  t0 = time.time()
-  last_t, last_step = t0, step
   eval_metrics: Dict[str, float] = {}
+  if step == 0 and total > 0:  # (A resumed run wrote these before it stopped.)
+    if model_summaries:
+      model_summaries.write(writer, step)
+    if config.eval_every > 0:
+      writer.scalars(0, trainer.evaluate(), "eval")
+  last_t, last_step = time.time(), step
+  # The ETA uses steady-state steps: the first chunk of a process (one step) carries the
+  # tracing of the step function, so the clock for the ETA starts after it.
+  steady_t, steady_step = None, None
   skipped: List[int] = []
   while step < total:
     if signals.received is not None:
@@ -505,7 +533,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     profiler.update(step)
     stop = min([_next_event(step, every, total) for every in (
         config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every)]
-               + [b for b in profiler.boundaries() if b > step])
+               + [b for b in profiler.boundaries() if b > step]
+               + ([step + 1] if steady_t is None else []))
     metrics, first_bad = trainer.train_chunk(iterator, stop - step)
     if first_bad >= 0:
       while True:  # Back to the parameters before the bad step.
@@ -539,22 +568,25 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     trainer.step.assign(stop)
     step = stop
     now = time.time()
+    if steady_t is None:
+      steady_t, steady_step = now, step
     if step % config.log_every == 0 or step == total:
       rate = (step - last_step) / max(now - last_t, 1e-9)
       metrics.update(learning_rate=trainer.learning_rate(), steps_per_sec=rate,
                      examples_per_sec=rate * config.batch_size)
       writer.scalars(step, metrics, "train")
-      eta = (total - step) / max(rate, 1e-9)
-      logging.info("step %d/%d  loss %.4f  accuracy %.4f  %.1f steps/s  ETA %.0fs", step, total,
-                   metrics.get("loss", float("nan")), metrics.get("accuracy", float("nan")),
-                   rate, eta)
+      eta = (f"ETA {(total - step) * (now - steady_t) / (step - steady_step):.0f}s"
+             if step > steady_step else "ETA after the next log")
+      shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
+                        if k in metrics and math.isfinite(metrics[k]))
+      logging.info("step %d/%d  %s  %.1f steps/s  %s", step, total, shown, rate, eta)
       last_t, last_step = now, step
     if model_summaries and step % config.summaries.every == 0:
       model_summaries.write(writer, step)
     if (config.eval_every > 0 and step % config.eval_every == 0) or step == total:
       eval_metrics = trainer.evaluate()
       writer.scalars(step, eval_metrics, "eval")
-      logging.info("eval at step %d: %s", step, eval_metrics)
+      logging.info("eval at step %d: %s", step, cli.format_metrics(eval_metrics))
     if step % config.checkpoint_every == 0 or step == total:
       trainer.manager.save(checkpoint_number=step)
   profiler.update(step)
@@ -564,16 +596,17 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
         trainer.manager.directory, f"ckpt-{step}"):
       trainer.manager.save(checkpoint_number=step)
     writer.flush()
-    logging.warning("Stopped by signal %d at step %d; saved %s. Rerun the same command to "
-                    "resume.", signals.received, step, trainer.manager.latest_checkpoint)
+    logging.warning("Stopped by %s at step %d; saved checkpoint %s. Rerun the same command "
+                    "to resume.", signal_name(signals.received), step,
+                    trainer.manager.latest_checkpoint)
     return {"step": step, "interrupted_by_signal": signals.received}
-  if not eval_metrics:  # Resumed a finished run: evaluate what was restored.
+  if not eval_metrics:  # A finished run without saved metrics: evaluate the restored one.
     eval_metrics = trainer.evaluate()
   result = dict(eval_metrics)
   result.update(step=step, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})
   result["skipped_steps"] = skipped
-  writer.scalars(step, {f"final/{k}": v for k, v in eval_metrics.items()}, "")
+  writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
   writer.flush()
   if is_chief:
     with tf.io.gfile.GFile(os.path.join(workdir, "final_metrics.json"), "w") as f:

@@ -430,7 +430,12 @@ def test_mixed_precision_hypernetwork_step(tmp_path, one_device_hyper_step, poli
     copies = _values(trainer, v)
     np.testing.assert_array_equal(copies[1], copies[0])
     assert v.dtype == "float32"
-    np.testing.assert_allclose(copies[0], ref[v.path], atol=3e-3, err_msg=v.path)
+    # bf16 keeps 8 bits of mantissa in the forward and backward pass. Measured largest
+    # difference from the float32 step: 0.0038 (hidden1 kernel, mixed_bfloat16) with the
+    # chunked hypernetwork's centred init, below 0.003 before it (the chunk embeddings'
+    # update shrank from 0.073 to 0.019 at its largest while bf16's absolute error did
+    # not: their gradient is a sum over chunks that now cancels more).
+    np.testing.assert_allclose(copies[0], ref[v.path], atol=5e-3, err_msg=v.path)
 
 
 def test_loss_scaling_skips_overflow_on_every_replica(tmp_path):

@@ -73,22 +73,32 @@ def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tm
     assert json.load(f)["accuracy"] == printed["accuracy"]
   assert 0.2 < printed["accuracy"] < 1.0  # Well above chance (0.1), not perfect.
 
+  # The exported model takes the stored pixels (digits: 0..16) and scales them itself.
   data = load_digits()
-  x = data.x_test.astype(np.float32) * np.float32(data.pixel_scale)
-  accuracy, logits = _predict_without_hypernet(model_path, x, data.y_test)
+  raw = data.x_test.astype(np.float32)
+  assert raw.max() == 16.0
+  accuracy, logits = _predict_without_hypernet(model_path, raw, data.y_test)
   assert accuracy == pytest.approx(printed["accuracy"], abs=1e-12)
-  # The same logits as the target running on the hypernetwork's output.
+  # The same logits as the target running on the hypernetwork's output, on the pipeline's
+  # input (pixels / 16).
   trainer = train_lib.Trainer(_config(), str(workdir))
   trainer.restore()
+  x = raw * np.float32(data.pixel_scale)
   expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(),
                                         tf.constant(x))
   np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
+  # --export_softmax: class probabilities.
+  probs_path = tmp_path / "digits_probs.keras"
+  evaluate.evaluate(str(workdir), export_path=str(probs_path), output="", softmax=True)
+  probs = keras.models.load_model(probs_path).predict(raw, verbose=0)
+  np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(probs, tf.nn.softmax(expected).numpy(), rtol=1e-4, atol=1e-6)
 
 
 def test_named_checkpoint_reproduces_the_eval_logged_at_that_step(run):
   workdir, _ = run
   logged = dict(summaries.read_scalars(str(workdir / "eval"))["accuracy"])
-  assert sorted(logged) == [50, 100, 150]
+  assert sorted(logged) == [0, 50, 100, 150]  # Eval at step 0 too.
   for checkpoint in (50, "100"):
     result = evaluate.evaluate(str(workdir), checkpoint=checkpoint, output="")
     assert result["step"] == int(checkpoint)
@@ -107,10 +117,10 @@ def test_export_copies_batchnorm_statistics_and_direct_weights(tmp_path):
       v.assign(rng.uniform(0.5, 1.5, v.shape).astype(np.float32))
   model = export.export_target(task, str(tmp_path / "plain.keras"))
   loaded = keras.models.load_model(tmp_path / "plain.keras")
-  x = tf.constant(task.data.x_test[:50].astype(np.float32) / 16.0)
-  expected = functional.functional_call(task.target, task.source.weights(), x)
-  np.testing.assert_allclose(loaded(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(model(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+  raw = tf.constant(task.data.x_test[:50].astype(np.float32))  # Stored pixels, 0..16.
+  expected = functional.functional_call(task.target, task.source.weights(), raw / 16.0)
+  np.testing.assert_allclose(loaded(raw).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(model(raw).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_errors_name_the_problem(run, tmp_path):

@@ -115,7 +115,7 @@ def test_sigterm_saves_resume_is_bitwise_and_lock_refuses_second_job(tmp_path):
     train_lib.train_and_evaluate(_config(num_steps=600), str(tmp_path / "run"))
   job.proc.send_signal(signal.SIGTERM)
   assert job.wait() == -signal.SIGTERM, job.log[-3000:]
-  stopped = int(job.wait_for(r"Stopped by signal 15 at step (\d+)").group(1))
+  stopped = int(job.wait_for(r"Stopped by SIGTERM at step (\d+)").group(1))
   assert 20 <= stopped < 600 and stopped % 10 == 0
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(
       f"ckpt-{stopped}")

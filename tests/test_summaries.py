@@ -39,7 +39,7 @@ def _config():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("summaries")
+  workdir = tmp_path_factory.mktemp("summaries") / "digits_run"  # Alone in its parent.
   result = train_lib.train_and_evaluate(_config(), str(workdir))
   return workdir, result
 
@@ -65,15 +65,29 @@ def test_kernel_grid_draws_each_filter_scaled_by_its_peak():
   k = np.zeros((3, 3, 1, 2), np.float32)
   k[:, :, 0, 0] = np.arange(9).reshape(3, 3) - 4.0  # peak |w| = 4
   k[:, :, 0, 1] = -2.0
-  grid = summaries.kernel_grid(k, scale=2)
+  grid = summaries.kernel_grid(k, scale=2, gap=1)
   assert grid.shape == (1 * 7 + 1, 2 * 7 + 1, 1)  # 1 row, 2 columns of 6x6 + 1px lines
   assert grid[0].min() == grid[:, 0].min() == grid[:, 7].min() == 1.0  # white lines
   np.testing.assert_allclose(grid[1:7:2, 1:7:2, 0], 0.5 + 0.5 * k[:, :, 0, 0] / 4.0)
   np.testing.assert_array_equal(grid[1:7, 8:14], 0.0)  # -2 / peak 2 -> black
   rgb = summaries.kernel_grid(np.ones((5, 5, 3, 7)), max_filters=4)
-  assert rgb.shape[-1] == 3 and rgb.shape[0] == 2 * (5 * 4 + 1) + 1
+  assert rgb.shape[-1] == 3 and rgb.shape == (1 * (30 + 2) + 2, 4 * (30 + 2) + 2, 3)
   with pytest.raises(ValueError, match=r"kernel must be \[kh, kw, in, out\]"):
     summaries.kernel_grid(np.ones((3, 3, 4)))
+
+
+def test_kernel_grid_fits_a_tensorboard_card():
+  """32 3x3 filters (the digits conv1): 30-pixel filters, 4 balanced rows of 8, no wider
+  than max_width; each filter keeps its own scale (a tiny filter is not washed out)."""
+  rng = np.random.default_rng(0)
+  k = rng.normal(size=(3, 3, 1, 32)).astype(np.float32)
+  k[..., 5] *= 1e-3
+  grid = summaries.kernel_grid(k)
+  assert grid.shape == (4 * 32 + 2, 8 * 32 + 2, 1) and grid.shape[1] <= 320
+  cell = grid[2:32, 2 + 5 * 32: 2 + 5 * 32 + 30, 0]  # Filter 5, enlarged 10x.
+  np.testing.assert_allclose(cell[::10, ::10], 0.5 + 0.5 * k[..., 0, 5] / np.abs(k[..., 5]).max(),
+                             rtol=1e-6)
+  assert summaries.kernel_grid(np.ones((3, 3, 1, 100)), max_width=100).shape[1] <= 100
 
 
 def test_model_summaries_hold_the_values_of_the_checkpointed_run(run):
@@ -118,11 +132,67 @@ def test_profiler_trace_and_run_scalars_are_written(run):
   train = summaries.read_scalars(str(workdir / "train"))
   assert [s for s, _ in train["examples_per_sec"]] == [10, 20, 30, 40]
   assert all(v > 0 for _, v in train["examples_per_sec"])
-  root = summaries.read_scalars(str(workdir))
-  assert root["params/trainable"] == [(0, result["params/trainable"])]
-  assert root["params/compression_ratio"][0][1] == pytest.approx(
-      result["params/generated"] / result["params/source"], rel=1e-6)
-  assert root["final/accuracy"][0] == (40, pytest.approx(result["accuracy"], abs=1e-6))
+  # Nothing in the workdir itself (no run "."); counts and final metrics are text, not
+  # one-point charts; eval also at step 0.
+  assert not tf.io.gfile.glob(str(workdir / "events.out.tfevents.*"))
+  eval_scalars = summaries.read_scalars(str(workdir / "eval"))
+  assert [s for s, _ in eval_scalars["accuracy"]] == [0, 20, 40]
+  assert eval_scalars["accuracy"][-1][1] == pytest.approx(result["accuracy"], abs=1e-6)
+  assert not any(t.startswith(("params/", "final/")) for t in list(train) + list(eval_scalars))
+  texts = {**_events(workdir / "train"), **_events(workdir / "eval")}
+  assert f"| trainable | {result['params/trainable']:,} |" in texts["parameters"][0].item().decode()
+  assert f"| accuracy | {100 * result['accuracy']:.2f}% |" in \
+      texts["final_metrics"][40].item().decode()
+
+
+def test_hparams_are_the_fields_the_run_uses():
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  import omniglot_maml  # pylint: disable=g-import-not-at-top
+  hyper = config_lib.hparams(digits_hyper.get_config())
+  assert list(hyper)[:6] == ["optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size",
+                             "num_steps", "seed"]
+  assert hyper["hypernet.chunk_size"] == 1024 and hyper["model.conv_widths"] == "(32, 64)"
+  assert not [k for k in hyper if k.startswith(("meta.", "summaries.", "fault.", "multitask."))]
+  assert not {"data.omniglot_zips", "data.rotations", "hypernet.z_dim", "model.alpha",
+              "optim.momentum", "optim.weight_decay", "jit_compile"} & set(hyper)
+  assert len(hyper) == 31 < len(config_lib.flatten(digits_hyper.get_config())) == 81
+  meta = config_lib.hparams(omniglot_maml.get_config())
+  assert {"meta.inner_lr", "meta.num_ways", "data.omniglot_zips"} <= set(meta)
+  assert not {"hypernet.chunk_size", "data.test_fraction", "meta.mlp_widths"} & set(meta)
+
+
+def test_crash_resume_writes_each_step_once(tmp_path, monkeypatch):
+  """Checkpoints every 50; the job dies at step 140 (latest checkpoint 100) after its
+  events reached the disk; the rerun to 200 logs 120 and 140 again. A restart marker at
+  step 101 makes TensorBoard's own loader and read_scalars drop the orphaned points."""
+  from tensorboard.backend.event_processing import plugin_event_accumulator  # pylint: disable=g-import-not-at-top
+  c = _config()
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 200, 20, 40, 50
+  c.summaries.every, c.summaries.profile_steps = 0, 0
+  original = summaries.Writer.scalars
+
+  def crash_at_140(self, step, values, split="train"):
+    original(self, step, values, split)
+    if step == 140 and split == "train":
+      self.flush()
+      raise RuntimeError("killed")
+
+  monkeypatch.setattr(summaries.Writer, "scalars", crash_at_140)
+  with pytest.raises(RuntimeError, match="killed"):
+    train_lib.train_and_evaluate(c, str(tmp_path))
+  monkeypatch.setattr(summaries.Writer, "scalars", original)
+  assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-100")
+  train_lib.train_and_evaluate(c, str(tmp_path))
+  raw = [e.step for f in sorted(tf.io.gfile.glob(str(tmp_path / "train" / "events*")))
+         for e in tf.compat.v1.train.summary_iterator(f)
+         for v in e.summary.value if v.tag == "loss"]
+  assert raw == list(range(20, 141, 20)) + list(range(120, 201, 20))  # Orphans on disk.
+  for run, tag, steps in (("train", "loss", range(20, 201, 20)),
+                          ("eval", "accuracy", range(0, 201, 40))):
+    assert [s for s, _ in summaries.read_scalars(str(tmp_path / run))[tag]] == list(steps)
+    accumulator = plugin_event_accumulator.EventAccumulator(str(tmp_path / run))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Tensors(tag)] == list(steps), run
 
 
 class _TensorBoard:
@@ -176,17 +246,28 @@ class _TensorBoard:
         self.proc.kill()
 
 
+def _hparams_table(tb):
+  """The HParams tab's table as its frontend fetches it: metric columns and sessions."""
+  experiment = tb.post("data/plugin/hparams/experiment", {"experimentName": ""})
+  groups = tb.post("data/plugin/hparams/session_groups", {
+      "experimentName": "", "startIndex": 0, "sliceSize": 10,
+      "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                          "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
+  return experiment, groups
+
+
 @pytest.mark.slow
 def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
   workdir, result = run
   tb = _TensorBoard(workdir)
   try:
     tb.wait_for(lambda: "eval" in tb.get("data/plugin/scalars/tags"))
-    assert set(tb.get("data/runs")) >= {".", "train", "eval"}
+    assert set(tb.get("data/runs")) == {"train", "eval"}  # No run named ".".
     loss = tb.get("data/plugin/scalars/scalars", run="train", tag="loss")
     assert [step for _, step, _ in loss] == [10, 20, 30, 40]
     accuracy = tb.get("data/plugin/scalars/scalars", run="eval", tag="accuracy")
-    assert accuracy[-1][1] == 40 and accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
+    assert [step for _, step, _ in accuracy] == [0, 20, 40]
+    assert accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
 
     histograms = tb.get("data/plugin/histograms/histograms", run="train",
                         tag="generated/conv2/kernel")
@@ -200,26 +281,43 @@ def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
     assert [im["step"] for im in images] == [0, 20, 40]
     png = tb.get("data/plugin/images/individualImage" + "?" + images[-1]["query"])
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    h, w, _ = summaries.kernel_grid(np.zeros((3, 3, 1, 32))).shape  # 32 filters of 3x3
-    assert Image.open(io.BytesIO(png)).size == (w, h) == (151, 151)
-
-    experiment = tb.post("data/plugin/hparams/experiment", {"experimentName": ""})
-    names = {h["name"] for h in experiment["hparamInfos"]}
-    assert {"optim.lr", "hypernet.kind", "hypernet.chunk_size", "model.conv_widths"} <= names
-    metrics = {(m["name"]["tag"], m["name"].get("group", "")) for m in experiment["metricInfos"]}
-    assert {("final/accuracy", ""), ("accuracy", "eval"), ("params/trainable", "")} <= metrics
-    groups = tb.post("data/plugin/hparams/session_groups", {
-        "experimentName": "", "startIndex": 0, "sliceSize": 10,
-        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
-                            "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
-    assert len(groups) == 1
-    assert groups[0]["hparams"]["hypernet.kind"] == "chunked"
-    assert groups[0]["hparams"]["optim.lr"] == pytest.approx(1e-3)
-    values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
-    assert values["final/accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
-    assert values["params/trainable"] == result["params/trainable"]
+    # 32 filters of 3x3, each 30x30 pixels, in 4 rows of 8: fits a card.
+    assert Image.open(io.BytesIO(png)).size == (8 * 32 + 2, 4 * 32 + 2)
+    text_tags = tb.get("data/plugin/text/tags")
+    assert "final_metrics" in text_tags["eval"] and "parameters" in text_tags["train"]
   finally:
     tb.close()
+
+
+@pytest.mark.slow
+def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run):
+  """``tensorboard --logdir=WORKDIR`` (the README's command) and ``--logdir=PARENT``: every
+  metric column of the HParams table has the run's value."""
+  workdir, result = run
+  for logdir, session in ((workdir, "eval"), (workdir.parent, f"{workdir.name}/eval")):
+    tb = _TensorBoard(logdir)
+    try:
+      tb.wait_for(lambda: _hparams_table(tb)[1])  # pylint: disable=cell-var-from-loop
+      experiment, groups = _hparams_table(tb)
+      names = [h["name"] for h in experiment["hparamInfos"]]
+      # The key fields first (marked "differs"; the table shows the first five by default).
+      assert names[:6] == ["batch_size", "hypernet.chunk_size", "hypernet.kind", "num_steps",
+                           "optim.lr", "seed"]
+      assert [h["differs"] for h in experiment["hparamInfos"][:7]] == [True] * 6 + [False]
+      assert "params.trainable" in names and not [n for n in names if n.startswith("meta.")]
+      columns = {(m["name"]["tag"], m["name"].get("group", "")) for m in
+                 experiment["metricInfos"]}
+      assert columns == {("loss", ""), ("accuracy", "")}
+      assert len(groups) == 1 and groups[0]["sessions"][0]["name"] == session
+      hparams = groups[0]["hparams"]
+      assert hparams["hypernet.kind"] == "chunked" and hparams["optim.lr"] == pytest.approx(1e-3)
+      assert hparams["params.trainable"] == result["params/trainable"]
+      values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
+      assert set(values) == {"loss", "accuracy"}, (logdir, values)
+      assert values["accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
+      assert values["loss"] == pytest.approx(result["loss"], rel=1e-6)
+    finally:
+      tb.close()
 
 
 def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path):

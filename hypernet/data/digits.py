@@ -19,7 +19,7 @@ def load_digits(test_fraction: float = 0.2, split_seed: int = 0) -> ImageClassif
     split_seed: seed of the split permutation (fixed so runs are comparable).
 
   Returns:
-    :class:`ImageClassificationData` with ``pixel_scale = 1/16``; 1,437 train and 360
+    :class:`ImageClassificationData` with ``pixel_scale = 1/16``; 1,438 train and 359
     test images for the default fraction.
 
   Raises:
