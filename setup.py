@@ -23,5 +23,7 @@ setup(
     extras_require={
         "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
         "plots": ["matplotlib"],
+        # benchmarks/: the PyTorch references of meta_bench.py and step_ratio.py.
+        "bench": ["torch"],
     },
 )

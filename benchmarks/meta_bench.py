@@ -10,7 +10,9 @@ rates are medians over the rounds and ratios are taken within the run:
   5-way 1-shot, one inner SGD step of 0.4, Adam) running its compiled chunk of steps,
   with ``config.meta.parallel`` = each of ``--strategies`` (``accumulate``: per-task
   meta-gradients summed in a while loop; ``map_fn`` / ``vectorized_map``: one tape over
-  the meta-batch);
+  the meta-batch); ``bare`` is the public-API step without the Trainer
+  (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@2`` sets
+  ``config.meta.parallel_iterations=2`` (two tasks in flight);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches.
@@ -18,8 +20,10 @@ rates are medians over the rounds and ratios are taken within the run:
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
-first step) and first-step time; peak resident memory (``ru_maxrss``), the RSS after the
-framework's imports (baseline) and the peak above it; the first step's loss (the same on
+first step) and the time of the step after it; peak resident memory (``ru_maxrss``), the
+RSS after the framework's imports (baseline), after building (TF: data set loaded,
+Trainer built; PyTorch: the dumped meta-batches loaded, module built) and the peak above
+the baseline; the first step's loss (the same on
 both sides: same weights and tasks). On a GPU the TF workers also report device peak
 memory.
 
@@ -106,13 +110,21 @@ def tf_worker(args) -> None:
   from hypernet import functional, train_lib  # pylint: disable=g-import-not-at-top
   baseline = _rss_mb()
   config = _config(args)
-  config.meta.parallel = args.strategy
+  strategy, _, tasks_in_flight = args.strategy.partition("@")
+  bare = strategy == "bare"
+  config.meta.parallel = "accumulate" if bare else strategy
+  if tasks_in_flight:
+    config.meta.parallel_iterations = int(tasks_in_flight)
   gpu = bool(tf.config.list_logical_devices("GPU"))
   with tempfile.TemporaryDirectory() as workdir:
     t0 = time.perf_counter()
     trainer = train_lib.Trainer(config, workdir)
     iterator = trainer.train_iterator(0)
+    if bare:
+      run = _bare_steps(trainer)
+      trainer.train_chunk = lambda it, n: ({"loss": float(run(it, tf.constant(n)))}, -1)
     build = time.perf_counter() - t0
+    built = _rss_mb()
     if args.dump:  # Initial weights and the first meta-batches for the PyTorch side.
       task = trainer.task
       np.savez(os.path.join(args.dump, "weights.npz"), **{
@@ -131,7 +143,8 @@ def tf_worker(args) -> None:
     metrics, _ = trainer.train_chunk(iterator, 1)
     first = time.perf_counter() - t0
     ready = {"build_s": build, "setup_s": first, "first_step_s": first,
-             "baseline_mb": baseline, "first_loss": metrics["loss"], "jit": trainer.jit}
+             "baseline_mb": baseline, "built_mb": built, "first_loss": metrics["loss"],
+             "jit": trainer.jit}
     # The first call traces and optimises the graph; time a second step alone.
     t0 = time.perf_counter()
     trainer.train_chunk(iterator, 1)
@@ -140,6 +153,29 @@ def tf_worker(args) -> None:
     if gpu:
       ready["gpu_peak_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
     _serve(lambda n: trainer.train_chunk(iterator, n), ready)
+
+
+def _bare_steps(trainer):
+  """The public-API meta-step without the Trainer: ``meta_batch_gradients`` and Adam in
+  a ``tf.range`` loop (what the Trainer adds over it is the difference)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
+  task, variables, optimizer = trainer.task, trainer.variables, trainer.optimizer
+
+  @tf.function
+  def run(iterator, n):
+    loss = tf.constant(0.0)
+    for _ in tf.range(n):
+      batch = next(iterator)
+      result = meta_batch.meta_batch_gradients(
+          task.learner, {k: batch[k] for k in meta_batch.BATCH_KEYS}, variables,
+          parallel_iterations=trainer.config.meta.parallel_iterations)
+      optimizer.apply(result.variable_grads, variables)
+      functional.assign_state(task.target, result.state)
+      loss += result.loss
+    return loss / tf.cast(n, tf.float32)
+  return run
 
 
 def torch_worker(args) -> None:
@@ -158,13 +194,14 @@ def torch_worker(args) -> None:
       weights, hp["num_blocks"], inner_lr=hp["inner_lr"], inner_steps=hp["inner_steps"],
       first_order=args.order == "first", lr=hp["lr"])
   build = time.perf_counter() - t0
+  built = _rss_mb()
   t0 = time.perf_counter()
   loss = step(batches[0])
   setup = time.perf_counter() - t0
   t0 = time.perf_counter()
   step(batches[1 % len(batches)])
   ready = {"build_s": build, "setup_s": setup, "first_step_s": time.perf_counter() - t0,
-           "baseline_mb": baseline, "first_loss": loss}
+           "baseline_mb": baseline, "built_mb": built, "first_loss": loss}
   count = [2]
 
   def run(n):
@@ -177,9 +214,9 @@ def torch_worker(args) -> None:
 class Worker:
   """A worker subprocess speaking the line protocol of :func:`_serve`."""
 
-  def __init__(self, name, argv):
+  def __init__(self, name, argv, env=None):
     self.name = name
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         [os.path.join(HERE, ".."), HERE, os.environ.get("PYTHONPATH", "")]))
     self.proc = subprocess.Popen([sys.executable, __file__] + argv, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True, env=env)
@@ -221,8 +258,12 @@ def compare(args, order, meta_batch, have_torch) -> None:
                                                         strategy]
         workers.append(Worker(f"tf:{strategy}", argv + (["--dump", dump] if i == 0 else [])))
       if have_torch:
+        # OpenMP threads that spin while waiting collapse under other jobs' load (1/10
+        # of the idle rate measured on the shared 2 cores); passive waiting is what a
+        # shared machine needs. --omp_wait_policy="" keeps PyTorch's default.
+        env = {"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}
         workers.append(Worker("torch", _common_argv(args, order, meta_batch)
-                              + ["--worker", "torch", "--dump", dump]))
+                              + ["--worker", "torch", "--dump", dump], env))
       for r in range(args.repeats):
         for k in range(len(workers)):
           workers[(r + k) % len(workers)].run(args.steps)
@@ -235,14 +276,14 @@ def compare(args, order, meta_batch, have_torch) -> None:
         f"windows of {args.steps} steps")
   print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
         f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
-        f"{'above MB':>8s} {'first loss':>10s}")
+        f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s}")
   for w in workers:
     r = w.ready
     ratio = f"{rate[w.name] / ref:8.2f}" if ref else f"{'-':>8s}"
     gpu = f"  GPU peak {r['gpu_peak_mb']:.0f} MB" if "gpu_peak_mb" in r else ""
     print(f"{w.name:18s} {rate[w.name]:8.3f} {ratio} {r['build_s']:8.1f} "
           f"{r['setup_s']:8.1f} {r['first_step_s']:7.2f} {w.peak_mb:8.0f} "
-          f"{r['baseline_mb']:8.0f} {w.peak_mb - r['baseline_mb']:8.0f} "
+          f"{r['baseline_mb']:8.0f} {r['built_mb']:8.0f} {w.peak_mb - r['baseline_mb']:8.0f} "
           f"{r['first_loss']:10.5f}{gpu}", flush=True)
 
 
@@ -262,6 +303,8 @@ def main():
   parser.add_argument("--steps", type=int, default=3, help="meta-steps per timed window")
   parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+  parser.add_argument("--omp_wait_policy", default="PASSIVE",
+                      help="OMP_WAIT_POLICY of the PyTorch worker ('' = its default)")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
   # Worker processes (internal).

@@ -273,7 +273,7 @@ class MetaLearningTask:
     self.config = config
     mc = config.meta
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
-                 "eval_episodes"):
+                 "eval_episodes", "parallel_iterations"):
       value = mc[name]
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"config.meta.{name} must be an int >= 1, got {value!r}.")
@@ -436,7 +436,8 @@ class MetaLearningTask:
       task_weight = scale_loss(task_weight)
     result = meta_batch.meta_batch_gradients(
         self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
-        before_metrics=self.train_before_metrics)
+        before_metrics=self.train_before_metrics,
+        parallel_iterations=self.config.meta.parallel_iterations)
     grads = list(result.variable_grads)
     if weights:
       paths = list(weights)
