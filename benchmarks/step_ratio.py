@@ -10,7 +10,7 @@ training steps each compiled once in a ``tf.function`` that runs ``--steps`` ste
 * hypernetwork: the chunked hypernetwork generates every weight, the target runs on them;
 * PyTorch (when installed, ``pip install -e .[bench]``): the same CNN as a plain
   ``nn.Module`` step with Adam (``benchmarks/torch_reference.py``), ``--steps`` steps
-  per window in a Python loop.
+  per window in a Python loop, OpenMP threads waiting passively (``OMP_WAIT_POLICY``).
 
 The variants are timed in interleaved windows (round r runs every variant once, the
 starting variant rotating), so load from other jobs hits all of them; rates are medians
@@ -25,6 +25,9 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# PyTorch's OpenMP threads spin while waiting; on a shared machine that collapses its
+# rate (meta_bench.py measured a sixth), so they wait passively (before torch's import).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 

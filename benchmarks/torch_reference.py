@@ -154,6 +154,6 @@ def cnn_step(input_shape, num_classes, conv_widths, dense_widths, lr=1e-3) -> Ca
     loss = F.cross_entropy(model(x), y)
     loss.backward()
     optimizer.step()
-    return float(loss)
+    return float(loss.detach())
 
   return step

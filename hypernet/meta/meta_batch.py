@@ -13,13 +13,17 @@ loop per task* (unrolling a Python loop over 16 conv4 tasks took over 40 s to tr
 * :func:`meta_batch_loss`: the mean query loss under the caller's outer tape, tasks run
   by ``tf.map_fn`` (a ``tf.while_loop`` over tasks: the task is traced once) or
   ``tf.vectorized_map`` (vectorised over tasks by ``pfor``). Differentiating it keeps
-  every task's intermediates for the backward loop (about 2 GB for conv4 at meta-batch
-  16, 15 queries per class), and measured slower than the accumulation
-  (``benchmarks/meta_bench.py``).
+  every task's intermediates for the backward loop: for conv4 with 15 queries per class
+  1.5 GB above the import baseline at meta-batch 16 and 2.3 GB at 32, against 0.41 and
+  0.45 GB for the accumulation, at step rates within the noise of each other
+  (``benchmarks/meta_bench.py``, experiments/RESULTS_meta.md). In the differentiated
+  loop two thirds of the max-pool gradients fall back from oneDNN to TF's generic
+  kernel; in the accumulation's loop body all run on oneDNN.
 
-``"map_fn"`` is the default. Measured on 2 shared CPU cores (conv4, 5-way 1-shot,
-meta-batch 16, ``benchmarks/meta_bench.py --parallel map_fn,vectorized_map``) both
-trace in seconds and their step rates are within the noise of each other (0.3-1 steps/s); map_fn traces faster. pfor
+For :func:`meta_batch_loss`, ``"map_fn"`` is the default. Measured on 2 shared CPU cores
+(conv4, 5-way 1-shot, meta-batch 16) map_fn and vectorized_map both trace in seconds and
+their step rates are within the noise of each other (0.3-1 steps/s); map_fn traces
+faster. pfor
 has no converter for Conv2DBackpropFilter and falls back to a while loop for it, which
 also makes ``"vectorized_map"`` fail under ``jit_compile=True`` (map_fn compiles). Kept as an option because batching the forward
 convolutions across tasks may pay off on an accelerator (not measured). Under XLA (CPU),
