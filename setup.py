@@ -30,6 +30,8 @@ setup(
     extras_require={
         "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
         "plots": ["matplotlib"],
+        # benchmarks/: the PyTorch references of meta_bench.py and step_ratio.py.
+        "bench": ["torch"],
     },
     classifiers=[
         "Development Status :: 3 - Alpha",

@@ -1,37 +1,62 @@
-"""Meta-steps per second, trace time and peak memory of a meta-learning config.
+"""MAML meta-steps/s, set-up time and memory: this project's Trainer vs PyTorch.
 
-Builds the real :class:`hypernet.train_lib.Trainer` for a config (default
-configs/omniglot_maml.py, with first order by ``--learners=maml,fomaml``) and times
-its compiled train chunk (the ``tf.range`` loop of meta-steps the train loop runs):
+For each order (second: ``maml``, first: ``fomaml``) and meta-batch size, one run starts
+a worker process per implementation and times them in *interleaved* windows (round r:
+A, B, C, then B, C, A, ...), so load from other jobs on the machine hits every side;
+rates are medians over the rounds and ratios are taken within the run:
 
-* trace time: ``get_concrete_function`` of the chunk (Python tracing of one meta-step,
-  the inner loop included);
-* first call: the first chunk of one step (graph optimisation and allocation);
-* meta-steps/s: over ``--steps`` further steps run as one chunk;
-* peak memory: on a GPU ``tf.config.experimental.get_memory_info("GPU:0")["peak"]``
-  (device memory, reset after building); on CPU the process' peak resident set size
-  (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: everything the process touched,
-  data included). Each learner runs in its own subprocess so the peaks are separate.
+* ``tf:<strategy>``: the real :class:`hypernet.train_lib.Trainer` of the config (default
+  configs/omniglot_maml.py: conv4 + BatchNorm with batch statistics, exact second order,
+  5-way 1-shot, one inner SGD step of 0.4, Adam) running its compiled chunk of steps,
+  with ``config.meta.parallel`` = each of ``--strategies`` (``accumulate``: per-task
+  meta-gradients summed in a while loop; ``map_fn`` / ``vectorized_map``: one tape over
+  the meta-batch); ``bare`` is the public-API step without the Trainer
+  (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@2`` sets
+  ``config.meta.parallel_iterations=2`` (two tasks in flight);
+* ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
+  ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
+  task), started from the TF target's initial weights on the same first meta-batches.
+  Skipped with a message when PyTorch is not installed (``pip install -e .[bench]``).
 
-The meta-batch is mapped over tasks with ``config.meta.parallel`` (``--parallel
-map_fn,vectorized_map`` compares the two; an unrolled Python loop over tasks took over
-40 s to trace for 16 conv4 tasks and is not offered).
+Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
+(TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
+first step) and the time of the step after it; peak resident memory (``ru_maxrss``), the
+RSS after the framework's imports (baseline), after building (TF: data set loaded,
+Trainer built; PyTorch: the dumped meta-batches loaded, module built) and the peak above
+the baseline; the first step's loss (the same on
+both sides: same weights and tasks). On a GPU the TF workers also report device peak
+memory.
 
-  python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot [--steps 20]
-      [--learners maml,fomaml] [--parallel map_fn] [--set batch_size=16 ...]
+  python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot \\
+      [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
+      [--steps 3] [--repeats 5] [--queries 15] [--set key=value ...]
 """
 import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+HERE = os.path.dirname(os.path.abspath(__file__))
 SUBSET = "images_background_small1.zip,images_background_small2.zip"
+LEARNER = {"second": "maml", "first": "fomaml"}
+
+
+def _rss_mb() -> float:
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) / 1024
+  return float("nan")
+
+
+def _peak_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _load_config(path):
@@ -52,79 +77,260 @@ def _set(config, assignment):
   node[leaf] = type(old)(value) if not isinstance(old, (tuple, bool)) else eval(value)  # pylint: disable=eval-used
 
 
-def measure(args) -> dict:
-  """Builds the trainer for one learner and times it; returns a dict of numbers."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+def _config(args):
   config = _load_config(args.config)
   config.data.data_dir = args.data_dir
   config.data.omniglot_zips = args.zips
   config.data.num_test_characters = args.num_test_characters
-  config.meta.learner = args.learner
-  config.meta.parallel = args.parallel
-  config.jit_compile = "auto" if args.learner == "fomaml" else config.jit_compile
+  config.meta.learner = LEARNER[args.order]
+  config.meta.num_queries = args.queries
+  config.batch_size = args.meta_batch
   for assignment in args.set:
     _set(config, assignment)
+  return config
+
+
+def _serve(run_steps, ready: dict) -> None:
+  """Worker protocol: print ``ready``; then per stdin line ``run N`` time N steps."""
+  print(json.dumps(ready), flush=True)
+  for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "run":
+      t = time.perf_counter()
+      run_steps(int(cmd[1]))
+      print(json.dumps({"seconds": time.perf_counter() - t}), flush=True)
+    else:
+      print(json.dumps({"peak_mb": _peak_mb()}), flush=True)
+      return
+
+
+def tf_worker(args) -> None:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from hypernet import functional, train_lib  # pylint: disable=g-import-not-at-top
+  baseline = _rss_mb()
+  config = _config(args)
+  strategy, _, tasks_in_flight = args.strategy.partition("@")
+  bare = strategy == "bare"
+  config.meta.parallel = "accumulate" if bare else strategy
+  if tasks_in_flight:
+    config.meta.parallel_iterations = int(tasks_in_flight)
   gpu = bool(tf.config.list_logical_devices("GPU"))
   with tempfile.TemporaryDirectory() as workdir:
+    t0 = time.perf_counter()
     trainer = train_lib.Trainer(config, workdir)
+    iterator = trainer.train_iterator(0)
+    if bare:
+      run = _bare_steps(trainer)
+      trainer.train_chunk = lambda it, n: ({"loss": float(run(it, tf.constant(n)))}, -1)
+    build = time.perf_counter() - t0
+    built = _rss_mb()
+    if args.dump:  # Initial weights and the first meta-batches for the PyTorch side.
+      task = trainer.task
+      np.savez(os.path.join(args.dump, "weights.npz"), **{
+          p.replace("/", "|"): v.numpy()
+          for p, v in functional.variable_paths(task.target, trainable=True).items()})
+      batches = list(task.train_dataset(config.batch_size, config.seed).take(args.dump_batches))
+      np.savez(os.path.join(args.dump, "batches.npz"), **{
+          f"{i}|{k}": v.numpy() for i, b in enumerate(batches) for k, v in b.items()})
+      with open(os.path.join(args.dump, "hparams.json"), "w") as f:
+        json.dump({"num_blocks": len(config.model.conv_widths),
+                   "inner_lr": config.meta.inner_lr, "inner_steps": config.meta.inner_steps,
+                   "lr": config.optim.lr}, f)
     if gpu:
       tf.config.experimental.reset_memory_stats("GPU:0")
-    iterator = trainer.train_iterator(0)
     t0 = time.perf_counter()
-    trainer._train_steps.get_concrete_function(iterator, tf.constant(1, tf.int64))  # pylint: disable=protected-access
-    trace = time.perf_counter() - t0
+    metrics, _ = trainer.train_chunk(iterator, 1)
+    first = time.perf_counter() - t0
+    ready = {"build_s": build, "setup_s": first, "first_step_s": first,
+             "baseline_mb": baseline, "built_mb": built, "first_loss": metrics["loss"],
+             "jit": trainer.jit}
+    # The first call traces and optimises the graph; time a second step alone.
     t0 = time.perf_counter()
     trainer.train_chunk(iterator, 1)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    metrics, _ = trainer.train_chunk(iterator, args.steps)
-    dt = time.perf_counter() - t0
+    ready["first_step_s"] = time.perf_counter() - t0
+    ready["setup_s"] = first
     if gpu:
-      peak, kind = tf.config.experimental.get_memory_info("GPU:0")["peak"], "GPU peak"
-    else:
-      peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-      kind = "CPU max RSS"
-  return {"learner": args.learner, "parallel": args.parallel, "jit": trainer.jit,
-          "meta_batch": config.batch_size, "ways": config.meta.num_ways,
-          "queries": config.meta.num_queries, "filters": config.model.conv_widths[0],
-          "trace_s": trace, "first_step_s": first, "steps_per_s": args.steps / dt,
-          "peak_mib": peak / 2**20, "memory": kind, "loss": metrics["loss"]}
+      ready["gpu_peak_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    _serve(lambda n: trainer.train_chunk(iterator, n), ready)
+
+
+def _bare_steps(trainer):
+  """The public-API meta-step without the Trainer: ``meta_batch_gradients`` and Adam in
+  a ``tf.range`` loop (what the Trainer adds over it is the difference)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
+  task, variables, optimizer = trainer.task, trainer.variables, trainer.optimizer
+
+  @tf.function
+  def run(iterator, n):
+    loss = tf.constant(0.0)
+    for _ in tf.range(n):
+      batch = next(iterator)
+      result = meta_batch.meta_batch_gradients(
+          task.learner, {k: batch[k] for k in meta_batch.BATCH_KEYS}, variables,
+          parallel_iterations=trainer.config.meta.parallel_iterations)
+      optimizer.apply(result.variable_grads, variables)
+      functional.assign_state(task.target, result.state)
+      loss += result.loss
+    return loss / tf.cast(n, tf.float32)
+  return run
+
+
+def torch_worker(args) -> None:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch_reference  # pylint: disable=g-import-not-at-top
+  baseline = _rss_mb()  # (The config is not loaded here: that would import TF.)
+  with open(os.path.join(args.dump, "hparams.json")) as f:
+    hp = json.load(f)
+  t0 = time.perf_counter()
+  with np.load(os.path.join(args.dump, "weights.npz")) as f:
+    weights = {k.replace("|", "/"): f[k] for k in f.files}
+  with np.load(os.path.join(args.dump, "batches.npz")) as f:
+    batches = [{k: f[f"{i}|{k}"] for k in ("support_x", "support_y", "query_x", "query_y")}
+               for i in range(args.dump_batches)]
+  step = torch_reference.conv4_maml(
+      weights, hp["num_blocks"], inner_lr=hp["inner_lr"], inner_steps=hp["inner_steps"],
+      first_order=args.order == "first", lr=hp["lr"])
+  build = time.perf_counter() - t0
+  built = _rss_mb()
+  t0 = time.perf_counter()
+  loss = step(batches[0])
+  setup = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  step(batches[1 % len(batches)])
+  ready = {"build_s": build, "setup_s": setup, "first_step_s": time.perf_counter() - t0,
+           "baseline_mb": baseline, "built_mb": built, "first_loss": loss}
+  count = [2]
+
+  def run(n):
+    for _ in range(n):
+      step(batches[count[0] % len(batches)])
+      count[0] += 1
+  _serve(run, ready)
+
+
+class Worker:
+  """A worker subprocess speaking the line protocol of :func:`_serve`."""
+
+  def __init__(self, name, argv, env=None):
+    self.name = name
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
+        [os.path.join(HERE, ".."), HERE, os.environ.get("PYTHONPATH", "")]))
+    self.proc = subprocess.Popen([sys.executable, __file__] + argv, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, env=env)
+    self.ready = self._read()
+    self.seconds = []
+
+  def _read(self):
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"worker {self.name} died (exit {self.proc.wait()})")
+    return json.loads(line)
+
+  def run(self, steps):
+    self.proc.stdin.write(f"run {steps}\n")
+    self.proc.stdin.flush()
+    self.seconds.append(self._read()["seconds"] / steps)
+
+  def close(self):
+    self.proc.stdin.write("quit\n")
+    self.proc.stdin.flush()
+    self.peak_mb = self._read()["peak_mb"]
+    self.proc.wait()
+
+
+def _common_argv(args, order, meta_batch):
+  return (["--order", order, "--meta_batch", str(meta_batch), "--config", args.config,
+           "--data_dir", args.data_dir, "--zips", args.zips, "--queries", str(args.queries),
+           "--num_test_characters", str(args.num_test_characters),
+           "--dump_batches", str(args.dump_batches)] + [f"--set={s}" for s in args.set])
+
+
+def compare(args, order, meta_batch, have_torch) -> None:
+  """One interleaved comparison; prints its table."""
+  with tempfile.TemporaryDirectory() as dump:
+    workers = []
+    try:
+      for i, strategy in enumerate(args.strategies.split(",")):
+        argv = _common_argv(args, order, meta_batch) + ["--worker", "tf", "--strategy",
+                                                        strategy]
+        workers.append(Worker(f"tf:{strategy}", argv + (["--dump", dump] if i == 0 else [])))
+      if have_torch:
+        # OpenMP threads that spin while waiting collapse under other jobs' load (1/10
+        # of the idle rate measured on the shared 2 cores); passive waiting is what a
+        # shared machine needs. --omp_wait_policy="" keeps PyTorch's default.
+        env = {"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}
+        workers.append(Worker("torch", _common_argv(args, order, meta_batch)
+                              + ["--worker", "torch", "--dump", dump], env))
+      for r in range(args.repeats):
+        for k in range(len(workers)):
+          workers[(r + k) % len(workers)].run(args.steps)
+    finally:
+      for w in workers:
+        w.close()
+  rate = {w.name: 1.0 / statistics.median(w.seconds) for w in workers}
+  ref = rate.get("torch")
+  print(f"\n{order} order, meta-batch {meta_batch}: median of {args.repeats} interleaved "
+        f"windows of {args.steps} steps")
+  print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
+        f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
+        f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s}")
+  for w in workers:
+    r = w.ready
+    ratio = f"{rate[w.name] / ref:8.2f}" if ref else f"{'-':>8s}"
+    gpu = f"  GPU peak {r['gpu_peak_mb']:.0f} MB" if "gpu_peak_mb" in r else ""
+    print(f"{w.name:18s} {rate[w.name]:8.3f} {ratio} {r['build_s']:8.1f} "
+          f"{r['setup_s']:8.1f} {r['first_step_s']:7.2f} {w.peak_mb:8.0f} "
+          f"{r['baseline_mb']:8.0f} {r['built_mb']:8.0f} {w.peak_mb - r['baseline_mb']:8.0f} "
+          f"{r['first_loss']:10.5f}{gpu}", flush=True)
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..",
-                                                       "configs", "omniglot_maml.py"))
+  parser.add_argument("--config", default=os.path.join(HERE, "..", "configs",
+                                                       "omniglot_maml.py"))
   parser.add_argument("--data_dir", required=True, help="folder of the Omniglot zips")
   parser.add_argument("--zips", default=SUBSET)
   parser.add_argument("--num_test_characters", type=int, default=50)
-  parser.add_argument("--steps", type=int, default=10, help="timed meta-steps")
-  parser.add_argument("--learners", default="maml,fomaml")
-  parser.add_argument("--parallel", default="map_fn")
+  parser.add_argument("--meta_batches", default="16,32")
+  parser.add_argument("--orders", default="second,first")
+  parser.add_argument("--strategies", default="accumulate,map_fn",
+                      help="config.meta.parallel values to time (TF workers)")
+  parser.add_argument("--queries", type=int, default=15, help="query examples per class")
+  parser.add_argument("--steps", type=int, default=3, help="meta-steps per timed window")
+  parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
+  parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+  parser.add_argument("--omp_wait_policy", default="PASSIVE",
+                      help="OMP_WAIT_POLICY of the PyTorch worker ('' = its default)")
   parser.add_argument("--set", action="append", default=[],
-                      help="config override key=value, e.g. batch_size=8")
-  parser.add_argument("--learner", help=argparse.SUPPRESS)  # one measurement (child)
+                      help="config override key=value, e.g. meta.inner_steps=2")
+  # Worker processes (internal).
+  parser.add_argument("--worker", choices=("tf", "torch"), help=argparse.SUPPRESS)
+  parser.add_argument("--order", default="second", help=argparse.SUPPRESS)
+  parser.add_argument("--meta_batch", type=int, default=16, help=argparse.SUPPRESS)
+  parser.add_argument("--strategy", default="accumulate", help=argparse.SUPPRESS)
+  parser.add_argument("--dump", default="", help=argparse.SUPPRESS)
+  parser.add_argument("--dump_batches", type=int, default=4, help=argparse.SUPPRESS)
   args = parser.parse_args()
-  if args.learner:
-    print(json.dumps(measure(args)), flush=True)
-    return
-  for parallel in args.parallel.split(","):
-    for learner in args.learners.split(","):
-      cmd = [sys.executable, __file__, "--learner", learner, "--parallel", parallel,
-             "--config", args.config, "--data_dir", args.data_dir, "--zips", args.zips,
-             "--num_test_characters", str(args.num_test_characters),
-             "--steps", str(args.steps)] + [f"--set={s}" for s in args.set]
-      out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=os.path.join(
-                               os.path.dirname(os.path.abspath(__file__)), "..")))
-      r = json.loads(out.stdout.strip().splitlines()[-1])
-      print(f"{r['learner']:7s} {r['parallel']:14s} jit={str(r['jit']):5s} "
-            f"{r['ways']}-way meta-batch {r['meta_batch']} queries/class {r['queries']} "
-            f"filters {r['filters']}: trace {r['trace_s']:.2f} s, first step "
-            f"{r['first_step_s']:.2f} s, {r['steps_per_s']:.3f} meta-steps/s, "
-            f"{r['memory']} {r['peak_mib']:.0f} MiB", flush=True)
+  if args.worker == "tf":
+    return tf_worker(args)
+  if args.worker == "torch":
+    return torch_worker(args)
+  have_torch = False
+  if not args.no_torch:
+    sys.path.insert(0, HERE)
+    import torch_reference  # pylint: disable=g-import-not-at-top
+    have_torch = torch_reference.available()
+    if not have_torch:
+      print(torch_reference.MISSING)
+  print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
+  for order in args.orders.split(","):
+    for meta_batch in (int(b) for b in args.meta_batches.split(",")):
+      compare(args, order, meta_batch, have_torch)
+  print(f"load average after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -1,25 +1,35 @@
 """Cost of a hypernetwork training step relative to a plain Keras step of the same CNN.
 
 Times, on the same batch and the same target CNN (configs/fashion_mnist_hyper.py's),
-three training steps each compiled once in a ``tf.function`` that runs ``--steps`` steps
-in a ``tf.range`` loop:
+training steps each compiled once in a ``tf.function`` that runs ``--steps`` steps in a
+``tf.range`` loop:
 
 * plain Keras: ``model(x, training=True)`` under a tape, Adam on the model's variables;
 * identity through hypernet: the target run by ``functional_call`` on its own variables
   (the overhead of the functional call alone);
-* hypernetwork: the chunked hypernetwork generates every weight, the target runs on them.
+* hypernetwork: the chunked hypernetwork generates every weight, the target runs on them;
+* PyTorch (when installed, ``pip install -e .[bench]``): the same CNN as a plain
+  ``nn.Module`` step with Adam (``benchmarks/torch_reference.py``), ``--steps`` steps
+  per window in a Python loop, OpenMP threads waiting passively (``OMP_WAIT_POLICY``).
 
-Prints steps/s and the ratio (hypernetwork step time / plain Keras step time); the
-main-job target is <= 1.3.
+The variants are timed in interleaved windows (round r runs every variant once, the
+starting variant rotating), so load from other jobs hits all of them; rates are medians
+over ``--repeats`` rounds. Prints steps/s and each variant's step time relative to
+plain Keras (wall and process CPU time); the hypernetwork's is the main figure.
 
     python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5]
 """
 import os
+import statistics
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# PyTorch's OpenMP threads spin while waiting; on a shared machine that collapses its
+# rate (meta_bench.py measured a sixth), so they wait passively (before torch's import).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags  # noqa: E402
 import keras  # noqa: E402
@@ -27,12 +37,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
+import torch_reference  # noqa: E402
 from hypernet import tasks  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
 flags.DEFINE_integer("batch_size", 128, "Examples per step.")
 flags.DEFINE_integer("steps", 50, "Steps per timed call.")
-flags.DEFINE_integer("repeats", 5, "Timed calls per variant (best is reported).")
+flags.DEFINE_integer("repeats", 5, "Interleaved timed rounds (medians are reported).")
 flags.DEFINE_bool("jit", False, "jit_compile the steps (XLA).")
 FLAGS = flags.FLAGS
 
@@ -44,19 +55,31 @@ def _fake_data(n=256):
   return ImageClassificationData("bench", x, y, x[:10], y[:10], 10, 1 / 255)
 
 
-def _timed(step_fn, batch):
+def _loop(step_fn, batch):
+  """A window of ``n`` compiled steps; returns a callable ``run(n)``."""
   loop = tf.function(lambda n: tf.foldl(lambda a, _: a + step_fn(batch), tf.range(n),
                                         initializer=tf.constant(0.0)))
-  t = time.perf_counter()
-  loop(tf.constant(2)).numpy()  # trace + warm-up
-  trace = time.perf_counter() - t
-  best, best_cpu = float("inf"), float("inf")
-  for _ in range(FLAGS.repeats):
-    t, c = time.perf_counter(), time.process_time()
-    loop(tf.constant(FLAGS.steps)).numpy()
-    best = min(best, time.perf_counter() - t)
-    best_cpu = min(best_cpu, time.process_time() - c)
-  return FLAGS.steps / best, FLAGS.steps / best_cpu, trace
+  return lambda n: loop(tf.constant(n)).numpy()
+
+
+def _interleaved(runs):
+  """``{name: run(n)}`` -> ``{name: (steps/s, CPU steps/s, warm-up s)}``, medians over
+  ``FLAGS.repeats`` interleaved rounds of ``FLAGS.steps`` steps."""
+  warmup, wall, cpu = {}, {k: [] for k in runs}, {k: [] for k in runs}
+  for name, run in runs.items():
+    t = time.perf_counter()
+    run(2)  # trace + warm-up
+    warmup[name] = time.perf_counter() - t
+  names = list(runs)
+  for r in range(FLAGS.repeats):
+    for k in range(len(names)):
+      name = names[(r + k) % len(names)]
+      t, c = time.perf_counter(), time.process_time()
+      runs[name](FLAGS.steps)
+      wall[name].append(time.perf_counter() - t)
+      cpu[name].append(time.process_time() - c)
+  return {k: (FLAGS.steps / statistics.median(wall[k]), FLAGS.steps / statistics.median(cpu[k]),
+              warmup[k]) for k in names}
 
 
 def _task_step(task, variables, optimizer):
@@ -75,7 +98,6 @@ def main(_):
   x = tf.constant(data.x_train[: FLAGS.batch_size], tf.float32) / 255.0
   y = tf.constant(data.y_train[: FLAGS.batch_size])
   batch = {"image": x, "label": y}
-  results = {}
 
   cfg = fashion_mnist_hyper.get_config()
   cfg.hypernet.kind = "none"
@@ -91,7 +113,7 @@ def main(_):
           b["label"], logits, from_logits=True))
     opt.apply(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables)
     return loss
-  results["plain Keras"] = _timed(keras_step, batch)
+  runs = {"plain Keras": _loop(keras_step, batch)}
 
   for name, kind in (("identity via functional_call", "none"), ("chunked hypernetwork", "chunked")):
     cfg = fashion_mnist_hyper.get_config()
@@ -100,20 +122,33 @@ def main(_):
     variables = task.trainable_variables
     opt_h = keras.optimizers.Adam(1e-3)
     opt_h.build(variables)
-
-    results[name] = _timed(_task_step(task, variables, opt_h), batch)
+    runs[name] = _loop(_task_step(task, variables, opt_h), batch)
     if kind == "chunked":
       counts = task.describe()
 
+  if torch_reference.available():
+    torch_step = torch_reference.cnn_step(
+        data.image_shape, data.num_classes, cfg.model.conv_widths, cfg.model.dense_widths)
+    xs, ys = x.numpy(), y.numpy()
+
+    def torch_run(n):
+      for _ in range(n):
+        torch_step(xs, ys)
+    runs["PyTorch (nn.Module, Adam)"] = torch_run
+  else:
+    print(torch_reference.MISSING)
+  results = _interleaved(runs)
+
   base, base_cpu = results["plain Keras"][:2]
-  print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/call, best of {FLAGS.repeats}, "
+  print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/window, median of {FLAGS.repeats} "
+        f"interleaved rounds, "
         f"jit={FLAGS.jit}, TF {tf.__version__}, {os.cpu_count()} CPUs")
   print("steps/s of wall time, and of process CPU time (fairer on a shared machine)")
   print(f"{'variant':32s} {'steps/s':>9s} {'ratio':>7s} {'CPU steps/s':>12s} {'CPU ratio':>10s} "
-        f"{'trace s':>8s}")
+        f"{'warm-up s':>9s}")
   for name, (rate, cpu_rate, trace) in results.items():
     print(f"{name:32s} {rate:9.1f} {base / rate:7.3f} {cpu_rate:12.1f} "
-          f"{base_cpu / cpu_rate:10.3f} {trace:8.2f}")
+          f"{base_cpu / cpu_rate:10.3f} {trace:9.2f}")
   print(f"hypernetwork: {counts['source']:,} trainable parameters generate "
         f"{counts['generated']:,} target weights (compression {counts['compression_ratio']:.2f}x)")
   hyper = results["chunked hypernetwork"]

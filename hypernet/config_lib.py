@@ -35,6 +35,7 @@ CHOICES = {
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
     "meta.learner": ("maml", "fomaml", "metasgd", "anil"),
+    "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
 }
 
 
@@ -424,7 +425,13 @@ def base_config():
   c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
   c.meta.eval_seed = 12345     # seed of those tasks
   c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs
-  c.meta.parallel = "map_fn"   # map_fn | vectorized_map (tasks of a meta-batch)
+  # Meta-batch strategy: accumulate (a while loop over tasks, each task's meta-gradient
+  # taken in its iteration and summed: memory of one task) | map_fn | vectorized_map
+  # (one tape over all tasks; hypernet/meta/meta_batch.py).
+  c.meta.parallel = "accumulate"
+  c.meta.parallel_iterations = 1  # accumulate: tasks in flight at once (memory of that many)
+  c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
+  # more query pass per task); evaluation always reports them
   c.meta.mlp_widths = (40, 40)  # sinusoid regressor (ReLU), Finn et al. 2017 Sec. 5.1
 
   c.optim = ml_collections.ConfigDict()

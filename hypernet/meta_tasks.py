@@ -7,8 +7,12 @@ inner-loop learner of :mod:`hypernet.meta` (MAML, first-order MAML, Meta-SGD, AN
   each replica gets its contiguous slice), each with a support and a query set;
 * the loss is the query loss after adaptation, averaged over the *global* meta-batch
   (``tf.nn.compute_average_loss``), so 1 and R replicas take the same step; the tasks of
-  a replica's slice run in one graph through ``tf.map_fn``
-  (:func:`hypernet.meta.meta_batch_loss`), no Python loop per task;
+  a replica's slice run in one graph, no Python loop per task: by default
+  (``config.meta.parallel="accumulate"``) a ``tf.while_loop`` whose iteration takes one
+  task's meta-gradient and adds it to the sum
+  (:func:`hypernet.meta.meta_batch.meta_batch_gradients`, memory of one task), else
+  ``tf.map_fn`` / ``tf.vectorized_map`` under one tape
+  (:func:`hypernet.meta.meta_batch_loss`);
 * the initial weights come from the weight source of ``config.hypernet``: the target's
   own variables (``kind="none"``), or a hypernetwork's output (hypernetwork-initialised
   MAML: the meta-gradient flows through the inner loop into the hypernetwork);
@@ -34,8 +38,9 @@ equal widths, one per block) or ``"cnn"`` (:func:`hypernet.models.make_target`).
 hidden layers (40, 40 in the paper).
 
 Metrics: training (per step, averaged over the logged steps): ``loss`` / ``accuracy``
-(query set after adaptation), ``loss_before`` / ``accuracy_before`` (query set at the
-initial weights) and, for Meta-SGD, ``inner_lr/<path>``: the mean learned inner learning
+(query set after adaptation), with ``config.meta.train_before_metrics`` also
+``loss_before`` / ``accuracy_before`` (query set at the initial weights: one more forward
+pass per task, off by default) and, for Meta-SGD, ``inner_lr/<path>``: the mean learned inner learning
 rate of each adapted tensor. Evaluation: the same plus ``accuracy_ci95`` (``loss_ci95``
 for sinusoids) and ``one_shot_error``.
 
@@ -268,13 +273,14 @@ class MetaLearningTask:
     self.config = config
     mc = config.meta
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
-                 "eval_episodes"):
+                 "eval_episodes", "parallel_iterations"):
       value = mc[name]
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"config.meta.{name} must be an int >= 1, got {value!r}.")
-    if mc.parallel not in meta_batch.PARALLEL:
+    if mc.parallel not in meta_batch.STRATEGIES:
       raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
-                       f"{list(meta_batch.PARALLEL)}.")
+                       f"{list(meta_batch.STRATEGIES)}.")
+    self.train_before_metrics = bool(mc.get("train_before_metrics", False))
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
     self.classification = config.task == "few_shot"
     self.runs = []
@@ -305,6 +311,9 @@ class MetaLearningTask:
     base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
         else ["loss", "loss_before"]
     self.metric_names: List[str] = base + self.inner_lr_names
+    # Training logs the _before metrics only with config.meta.train_before_metrics.
+    self.train_metric_names: List[str] = [
+        n for n in self.metric_names if self.train_before_metrics or "_before" not in n]
 
   # -- data ---------------------------------------------------------------------------
   def _load_runs(self):
@@ -362,28 +371,83 @@ class MetaLearningTask:
 
   def _meta_batch(self, batch, before_metrics=True):
     tasks = {k: batch[k] for k in meta_batch.BATCH_KEYS}
+    parallel = self.config.meta.parallel
     return meta_batch.meta_batch_loss(
         self.learner, tasks, weights=self.source.weights() or None,
-        parallel=self.config.meta.parallel, before_metrics=before_metrics)
+        parallel="map_fn" if parallel == "accumulate" else parallel,
+        before_metrics=before_metrics)
 
-  def train_loss(self, batch, global_batch_size):
-    """This replica's share of the mean post-adaptation query loss over the global
-    meta-batch, metric sums and the new BatchNorm state."""
-    result = self._meta_batch(batch)
-    per_task = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
-    after = result.per_task["query_loss_after"]
-    loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
-    count = tf.cast(tf.size(after), tf.float32)
-    sums = {"loss": (tf.reduce_sum(tf.stop_gradient(per_task["query_loss_after"])), count),
-            "loss_before": (tf.reduce_sum(per_task["query_loss_before"]), count)}
-    if self.classification:
-      sums["accuracy"] = (tf.reduce_sum(per_task["query_accuracy_after"]), count)
-      sums["accuracy_before"] = (tf.reduce_sum(per_task["query_accuracy_before"]), count)
+  def _train_sums(self, per_task):
+    """``{name: (sum, count)}`` of the training metrics from ``[t]`` per-task values."""
+    per_task = {k: tf.cast(tf.stop_gradient(v), tf.float32) for k, v in per_task.items()}
+    count = tf.cast(tf.size(per_task["query_loss_after"]), tf.float32)
+    sums = {}
+    for when in ("after", "before") if self.train_before_metrics else ("after",):
+      suffix = "" if when == "after" else "_before"
+      sums["loss" + suffix] = (tf.reduce_sum(per_task[f"query_loss_{when}"]), count)
+      if self.classification:
+        sums["accuracy" + suffix] = (tf.reduce_sum(per_task[f"query_accuracy_{when}"]), count)
     if self.inner_lr_names:  # Meta-SGD: one value per step, shared over replicas.
       share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
       for name, rate in zip(self.inner_lr_names, self.learner.inner_lrs.values()):
         sums[name] = (tf.reduce_mean(tf.cast(rate, tf.float32)) * share, tf.constant(share))
-    return loss, sums, result.state
+    return sums
+
+  def train_loss(self, batch, global_batch_size):
+    """This replica's share of the mean post-adaptation query loss over the global
+    meta-batch (differentiable: one tape over all the replica's tasks), metric sums and
+    the new BatchNorm state. Training itself uses :meth:`train_gradients`."""
+    result = self._meta_batch(batch, before_metrics=self.train_before_metrics)
+    after = result.per_task["query_loss_after"]
+    loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
+    return loss, self._train_sums(result.per_task), result.state
+
+  def train_gradients(self, batch, global_batch_size, variables, scale_loss=None):
+    """This replica's loss share, metric sums, new state and gradients (the task
+    interface's optional gradient method, :mod:`hypernet.tasks`).
+
+    With ``config.meta.parallel="accumulate"`` the meta-gradient is accumulated task by
+    task (:func:`hypernet.meta.meta_batch.meta_batch_gradients`: memory of one task);
+    generated initial weights are produced once under a tape and their summed gradient
+    chained through the hypernetwork once per step. Otherwise one tape over
+    :meth:`train_loss`.
+
+    Args:
+      batch: this replica's meta-batch (class doc).
+      global_batch_size: tasks per step summed over replicas.
+      variables: the trained variables, in the order the gradients are returned.
+      scale_loss: optional linear loss scaling (mixed precision) applied to what is
+        differentiated; the returned loss is unscaled.
+
+    Returns:
+      ``(loss, sums, state, grads)``: ``grads[i]`` for ``variables[i]``, ``None`` where
+      the loss does not depend on it.
+    """
+    if self.config.meta.parallel != "accumulate":
+      with tf.GradientTape() as tape:
+        loss, sums, state = self.train_loss(batch, global_batch_size)
+        scaled = scale_loss(loss) if scale_loss is not None else loss
+      return loss, sums, state, tape.gradient(scaled, variables)
+    tasks = {k: batch[k] for k in meta_batch.BATCH_KEYS}
+    with tf.GradientTape() as tape:
+      weights = self.source.weights() or {}
+    task_weight = tf.constant(1.0 / global_batch_size, tf.float32)
+    if scale_loss is not None:
+      task_weight = scale_loss(task_weight)
+    result = meta_batch.meta_batch_gradients(
+        self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
+        before_metrics=self.train_before_metrics,
+        parallel_iterations=self.config.meta.parallel_iterations)
+    grads = list(result.variable_grads)
+    if weights:
+      paths = list(weights)
+      chained = tape.gradient([weights[p] for p in paths], variables,
+                              output_gradients=[result.weight_grads[p] for p in paths])
+      grads = [b if a is None else a if b is None else a + b
+               for a, b in zip(grads, chained)]
+    after = result.per_task["query_loss_after"]
+    loss = tf.reduce_sum(after) / tf.cast(global_batch_size, after.dtype)
+    return loss, self._train_sums(result.per_task), result.state, grads
 
   def eval_sums(self, batch):
     """Metric sums over the batch's real tasks: ``loss``, ``loss_before`` (and

@@ -11,6 +11,13 @@ talks to this interface, so no algorithm needs a train loop of its own:
 * ``train_loss(batch, global_batch_size)`` -> ``(loss, metric_sums, state)`` where
   ``loss`` is this replica's share of the global mean loss (scaled by the global batch
   size, ``tf.nn.compute_average_loss``) and ``state`` is the new non-trainable state;
+* optionally ``train_gradients(batch, global_batch_size, variables, scale_loss)`` ->
+  ``(loss, metric_sums, state, grads)``: a task that takes its gradients itself (meta-
+  learning accumulates them task by task); ``scale_loss`` is ``None`` or the loss
+  scaling of mixed precision, applied to what is differentiated. Without it the loop
+  differentiates ``train_loss`` under one tape;
+* ``metric_names`` (and optionally ``train_metric_names``, default the same): the metric
+  sums' names in evaluation (and training);
 * ``eval_sums(batch)`` -> metric sums ``{name: (sum, count)}``;
 * ``apply_state(state)`` -- writes non-trainable state (BatchNorm statistics).
 """

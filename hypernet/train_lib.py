@@ -144,6 +144,8 @@ class Trainer:
         max_to_keep=config.checkpoint_keep if self.is_chief else 1)
     self.jit = _use_jit(config)
     self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
+    self.train_metric_names = list(getattr(self.task, "train_metric_names",
+                                           self.metric_names))
     self._train_steps = tf.function(self._train_steps_fn)
     self._eval_step = tf.function(self._eval_step_fn)
     # XLA compiles the forward and backward pass only: the cross-replica sums and the
@@ -154,12 +156,18 @@ class Trainer:
   # -- the compiled step ------------------------------------------------------------
   def _gradients_fn(self, batch):
     """This replica's loss share, metric sums, new state and (scaled) gradients."""
+    scale_loss = self.optimizer.scale_loss if self.loss_scaling else None
     # The step is never differentiated from outside its trace: the tapes in it are all
     # there are (lets first-order steps keep Keras' cheaper normalisation moments).
-    with second_order.all_tapes_visible(), tf.GradientTape() as tape:
-      loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
-      scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-    grads = tape.gradient(scaled, self.variables)
+    with second_order.all_tapes_visible():
+      if hasattr(self.task, "train_gradients"):  # The task takes its own gradients.
+        loss, sums, state, grads = self.task.train_gradients(
+            batch, self.config.batch_size, self.variables, scale_loss)
+      else:
+        with tf.GradientTape() as tape:
+          loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
+          scaled = scale_loss(loss) if scale_loss is not None else loss
+        grads = tape.gradient(scaled, self.variables)
     missing = [getattr(v, "path", v.name) for g, v in zip(grads, self.variables) if g is None]
     if missing:
       raise ValueError(f"No gradient reaches {missing}: they do not affect the loss. Freeze "
@@ -195,7 +203,7 @@ class Trainer:
 
   def _train_steps_fn(self, iterator, num_steps):
     zero = tf.constant(0.0)
-    totals = {k: (zero, zero) for k in self.metric_names + ["grad_norm"]}
+    totals = {k: (zero, zero) for k in self.train_metric_names + ["grad_norm"]}
     first_bad = tf.constant(-1, tf.int64)
     for i in tf.range(num_steps):
       sums, nonfinite = self.strategy.run(self._replica_step_fn, args=(next(iterator),))

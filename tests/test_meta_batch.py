@@ -1,5 +1,5 @@
-"""Meta-batches: tf.map_fn / tf.vectorized_map over tasks against exact values and a
-per-task Python loop."""
+"""Meta-batches: tf.map_fn / tf.vectorized_map over tasks, and per-task meta-gradient
+accumulation (meta_batch_gradients), against exact values and a per-task Python loop."""
 import numpy as np
 import pytest
 import keras
@@ -53,6 +53,34 @@ def test_toy_meta_batch_exact(parallel, first_order):
                                       before_metrics=False)
   assert sorted(result.metrics) == ["query_loss_after"]
   np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("first_order", [False, True])
+def test_toy_accumulated_meta_gradients_exact(first_order):
+  """As above, the meta-gradient summed task by task in a while loop; task_weight
+  scales every task (0.5 here: half the sum, not the mean)."""
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+      1, use_bias=False, kernel_initializer="zeros", name="w")])
+  learner = inner_loop.MAML(model, "mse", inner_lr=0.1, first_order=first_order)
+  batch, a, b = toy_batch()
+  factor = 1.0 if first_order else 0.8
+  after = (0.2 * a - b) ** 2
+  for task_weight, expected in ((None, (2 * (0.2 * a - b) * factor).mean()),
+                                (0.5, 0.5 * (2 * (0.2 * a - b) * factor).sum())):
+    result = tf.function(lambda batch, w=task_weight: meta_batch.meta_batch_gradients(
+        learner, batch, model.trainable_variables, task_weight=w, before_metrics=True))(batch)
+    np.testing.assert_allclose(result.variable_grads[0].numpy().item(), expected, rtol=1e-5)
+    np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
+    np.testing.assert_allclose(result.per_task["query_loss_after"].numpy(), after, rtol=1e-6)
+    np.testing.assert_allclose(result.per_task["query_loss_before"].numpy(), b ** 2,
+                               rtol=1e-6)
+  # Eagerly the loop runs in Python: same numbers.
+  eager = meta_batch.meta_batch_gradients(learner, batch, model.trainable_variables)
+  np.testing.assert_allclose(eager.variable_grads[0].numpy().item(),
+                             (2 * (0.2 * a - b) * factor).mean(), rtol=1e-5)
+  assert sorted(eager.metrics) == ["query_loss_after"]  # no query pass before adaptation
+  with pytest.raises(ValueError, match="variables must be tf.Variables"):
+    meta_batch.meta_batch_gradients(learner, batch, [tf.constant(1.0)])
 
 
 def synthetic_fewshot_batch(tasks=3, ways=3, shots=1, queries=2, size=16, seed=0):
@@ -132,6 +160,19 @@ def test_conv4_meta_batch_matches_per_task_loop(name):
     for v, g, r in zip(variables, grads, ref_grads):
       np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
                                  err_msg=f"{parallel} {v.path if hasattr(v, 'path') else v.name}")
+  # Per-task accumulation: the same values, each task's meta-gradient taken in its loop
+  # iteration.
+  result = tf.function(lambda batch: meta_batch.meta_batch_gradients(
+      learner, batch, variables, before_metrics=True))(batch)
+  np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
+  assert sorted(result.metrics) == sorted(ref_metrics)
+  for k, v in ref_metrics.items():
+    np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
+  for p, v in ref_state.items():
+    np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6, err_msg=p)
+  for v, g, r in zip(variables, result.variable_grads, ref_grads):
+    np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
+                               err_msg=f"accumulate {getattr(v, 'path', v.name)}")
 
 
 def test_meta_batch_hypernetwork_weights_get_gradients():
@@ -160,6 +201,22 @@ def test_meta_batch_hypernetwork_weights_get_gradients():
   head = [i for i, v in enumerate(variables) if "head" in getattr(v, "path", "")]
   assert all(grads[i] is None and ref_grads[i] is None for i in head)  # generated instead
   assert np.abs(grads[0].numpy()).max() > 0
+  for g, r in zip(grads, ref_grads):
+    if r is not None:
+      np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6)
+
+  @tf.function
+  def accumulated(batch):  # The generator runs once; its output's summed gradient is
+    with tf.GradientTape() as tape:  # chained through it once.
+      weights = generate()
+    result = meta_batch.meta_batch_gradients(learner, batch, variables, weights=weights)
+    paths = list(weights)
+    chained = tape.gradient([weights[p] for p in paths], variables,
+                            output_gradients=[result.weight_grads[p] for p in paths])
+    return [c if g is None else g for g, c in zip(result.variable_grads, chained)]
+
+  grads = accumulated(batch)
+  assert all(grads[i] is None for i in head)
   for g, r in zip(grads, ref_grads):
     if r is not None:
       np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6)

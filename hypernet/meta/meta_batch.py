@@ -1,13 +1,29 @@
 """A meta-batch of tasks: adapt per task, evaluate on the query set, average.
 
-The tasks of a meta-batch run inside one graph *without a Python loop per task*: either
-``tf.map_fn`` (a ``tf.while_loop`` over tasks: the task is traced once) or
-``tf.vectorized_map`` (the task is traced once and vectorised over tasks by ``pfor``).
-Unrolling a Python loop over 16 conv4 tasks took over 40 s to trace.
+Two ways to get the meta-gradient of a meta-batch, both exact and both *without a Python
+loop per task* (unrolling a Python loop over 16 conv4 tasks took over 40 s to trace):
 
-``"map_fn"`` is the default. Measured on 2 shared CPU cores (conv4, 5-way 1-shot,
-meta-batch 16, ``benchmarks/meta_bench.py --parallel map_fn,vectorized_map``) both
-trace in seconds and their step rates are within the noise of each other (0.3-1 steps/s); map_fn traces faster. pfor
+* :func:`meta_batch_gradients` (per-task accumulation, what training uses): a
+  ``tf.while_loop`` over tasks whose body adapts to one task, takes that task's
+  meta-gradient with its own ``tf.GradientTape`` and adds it to a running sum. Each
+  task's activations and second-order graph are freed when its iteration ends, so memory
+  grows with one task, not with the meta-batch (as PyTorch frees each task's graph after
+  its ``backward()``). Weights given as tensors (a hypernetwork's output) get the summed
+  gradient, which the caller chains back through their producer once per meta-batch.
+* :func:`meta_batch_loss`: the mean query loss under the caller's outer tape, tasks run
+  by ``tf.map_fn`` (a ``tf.while_loop`` over tasks: the task is traced once) or
+  ``tf.vectorized_map`` (vectorised over tasks by ``pfor``). Differentiating it keeps
+  every task's intermediates for the backward loop: for conv4 with 15 queries per class
+  1.5 GB above the import baseline at meta-batch 16 and 2.3 GB at 32, against 0.41 and
+  0.45 GB for the accumulation, at step rates within the noise of each other
+  (``benchmarks/meta_bench.py``, experiments/RESULTS_meta.md). In the differentiated
+  loop two thirds of the max-pool gradients fall back from oneDNN to TF's generic
+  kernel; in the accumulation's loop body all run on oneDNN.
+
+For :func:`meta_batch_loss`, ``"map_fn"`` is the default. Measured on 2 shared CPU cores
+(conv4, 5-way 1-shot, meta-batch 16) map_fn and vectorized_map both trace in seconds and
+their step rates are within the noise of each other (0.3-1 steps/s); map_fn traces
+faster. pfor
 has no converter for Conv2DBackpropFilter and falls back to a while loop for it, which
 also makes ``"vectorized_map"`` fail under ``jit_compile=True`` (map_fn compiles). Kept as an option because batching the forward
 convolutions across tasks may pay off on an accelerator (not measured). Under XLA (CPU),
@@ -25,8 +41,9 @@ Q queries per class:
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, NamedTuple, Optional
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
+import keras
 import tensorflow as tf
 
 from hypernet import functional
@@ -35,6 +52,8 @@ from hypernet.meta import losses
 Weights = Mapping[str, tf.Tensor]
 BATCH_KEYS = ("support_x", "support_y", "query_x", "query_y")
 PARALLEL = ("map_fn", "vectorized_map")
+# config.meta.parallel: "accumulate" (meta_batch_gradients) or one of PARALLEL.
+STRATEGIES = ("accumulate",) + PARALLEL
 
 
 class MetaBatchResult(NamedTuple):
@@ -162,3 +181,168 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
                for p, s in states.items()}
   return MetaBatchResult(loss, metrics, new_state, per_task)
+
+
+class MetaBatchGradients(NamedTuple):
+  """What :func:`meta_batch_gradients` returns.
+
+  Attributes:
+    loss: scalar, mean over tasks of the query loss after adaptation (a value: not
+      differentiable; its gradients are ``weight_grads`` / ``variable_grads``).
+    weight_grads: ``{path: tensor}`` for each path of the ``weights`` argument: the
+      gradient of ``sum_t task_weight * L_t`` with respect to that initial weight.
+    variable_grads: one entry per ``variables`` element: the same gradient with respect
+      to the variable as read *inside* the task loop (target weights not given in
+      ``weights``, Meta-SGD's learning rates), or ``None`` where no task's loss depends
+      on it there.
+    metrics, state, per_task: as :class:`MetaBatchResult` (``per_task`` values here are
+      not differentiable).
+  """
+  loss: tf.Tensor
+  weight_grads: Dict[str, tf.Tensor]
+  variable_grads: List[Optional[tf.Tensor]]
+  metrics: Dict[str, tf.Tensor]
+  state: Dict[str, tf.Tensor]
+  per_task: Dict[str, tf.Tensor]
+
+
+def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
+                         variables: Sequence[tf.Variable], *,
+                         weights: Optional[Weights] = None,
+                         state: Optional[Weights] = None, task_weight=None,
+                         query_training: Optional[bool] = True,
+                         accuracy: Optional[bool] = None, before_metrics: bool = False,
+                         parallel_iterations: int = 1) -> MetaBatchGradients:
+  """Meta-gradients of a meta-batch, accumulated task by task in a ``tf.while_loop``.
+
+  For task ``t`` (support/query as in the module doc): fast weights from
+  ``learner.adapt``, query loss ``L_t`` at the fast weights, and, inside the same loop
+  iteration, ``d(task_weight * L_t) / d(weights, variables)`` by a tape that sees only
+  this task; the loop sums them. The result equals
+  ``tape.gradient(task_weight * sum_t L_t, ...)`` of :func:`meta_batch_loss`'s
+  per-task losses (``task_weight = 1/T``: the gradient of its ``loss``), up to float
+  summation order, with the memory of one task: Finn et al. 2017's meta-gradient (Alg. 2,
+  line 10), accumulated as their reference implementation's per-task ``backward()`` does.
+  Call it in a ``tf.function`` (eagerly the loop runs in Python; results are the same).
+  No outer tape is needed: run a weight producer (hypernetwork) under your own tape and
+  chain ``weight_grads`` through it with ``tape.gradient(..., output_gradients=)``.
+
+  Args:
+    learner: an inner-loop learner, as :func:`meta_batch_loss`.
+    batch: dict with ``support_x``, ``support_y``, ``query_x``, ``query_y`` with a
+      leading axis of ``T`` tasks (module doc).
+    variables: ``tf.Variable`` s to differentiate as read inside the loop (e.g. the
+      target's trainable variables and ``learner.trainable_variables``).
+    weights: optional initial weights ``{path: tensor}`` shared by all tasks (e.g. a
+      hypernetwork's output), differentiated as given; other adapted paths are read
+      from the target's variables inside the loop.
+    state: optional non-trainable state ``{path: tensor}``; default the target's.
+    task_weight: scalar multiplying each task's loss before differentiation (e.g. a loss
+      scale / the global meta-batch size); default ``1/T``.
+    query_training: as :func:`meta_batch_loss`.
+    accuracy: as :func:`meta_batch_loss`.
+    before_metrics: also evaluate the query set at the initial weights (one more forward
+      pass per task, not differentiated); off by default here.
+    parallel_iterations: tasks in flight at once (1: memory of one task; more may overlap
+      one task's forward pass with another's backward pass, with that many tasks' memory).
+
+  Returns:
+    A :class:`MetaBatchGradients`.
+
+  Raises:
+    ValueError: a batch key is missing or shapes disagree; ``variables`` holds a
+      non-variable.
+    hypernet.meta.inner_loop.MissingInnerGradientError: from the learner.
+  """
+  batch = _check_batch(batch)
+  variables = list(variables)
+  bad = [type(v).__name__ for v in variables
+         if not isinstance(v, (tf.Variable, keras.Variable))]
+  if bad:
+    raise ValueError(f"variables must be tf.Variables (got {bad}); give tensors as "
+                     "weights= instead.")
+  model, loss_fn = learner.model, learner.loss_fn
+  if accuracy is None:
+    accuracy = loss_fn is losses.sparse_softmax_cross_entropy
+  weights = {p: tf.convert_to_tensor(w) for p, w in (weights or {}).items()}
+  weight_paths = list(weights)
+  if state is None:
+    state = {p: tf.convert_to_tensor(v.value)
+             for p, v in functional.variable_paths(model, trainable=False).items()}
+  state = dict(state)
+  num_tasks = tf.shape(batch["support_x"], out_type=tf.int32)[0]
+  if task_weight is None:
+    task_weight = 1.0 / tf.cast(num_tasks, tf.float64)
+  metric_names = ["query_loss_after"] + (["query_accuracy_after"] if accuracy else [])
+  if before_metrics:
+    metric_names += [n.replace("_after", "_before") for n in metric_names]
+  # The sources of the gradient and, at trace time, which of them any loss depends on.
+  connected: List[bool] = []
+
+  def one_task(i):
+    sx, sy, qx, qy = (tf.gather(batch[k], i) for k in BATCH_KEYS)
+    # Watches the trainable variables read in the task (the gradient is asked for
+    # ``variables`` only) and the given weights.
+    with tf.GradientTape() as tape:
+      tape.watch([weights[p] for p in weight_paths])
+      init = learner.initial_weights(weights)
+      fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+      out_after, task_state = functional.functional_call(
+          model, fast, qx, training=query_training, return_state=True, state=task_state)
+      loss = loss_fn(qy, out_after)
+      scaled = loss * tf.cast(task_weight, loss.dtype)
+    sources = [weights[p] for p in weight_paths] + variables
+    grads = tape.gradient(scaled, sources)
+    if not connected:
+      connected.extend(g is not None for g in grads)
+    grads = [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
+             for s, g in zip(sources, grads)]
+    grads = [tf.cast(g, s.dtype) for s, g in zip(sources, grads)]
+    outputs = {"after": out_after}
+    if before_metrics:
+      outputs["before"] = tf.stop_gradient(functional.functional_call(
+          model, init, qx, training=query_training, state=state))
+    result = {}
+    for when, out in outputs.items():
+      result[f"query_loss_{when}"] = tf.stop_gradient(loss_fn(qy, out))
+      if accuracy:
+        result[f"query_accuracy_{when}"] = losses.sparse_accuracy(qy, out)
+    result = {k: tf.cast(result[k], loss.dtype) for k in metric_names}
+    return grads, result, {p: task_state[p] for p in state}
+
+  # Per-task metrics in the weights' dtype (float64 models give float64 losses).
+  sources0 = [weights[p] for p in weight_paths] + variables
+  dtype = (next(iter(weights.values())).dtype if weights else
+           tf.as_dtype(next(iter(functional.variable_paths(model, True).values())).dtype))
+  acc0 = [tf.zeros(tf.shape(s), s.dtype) for s in sources0]
+  float_state = [p for p, s in state.items() if s.dtype.is_floating]
+  state_sum0 = {p: tf.zeros_like(state[p]) for p in float_state}
+  state_first0 = {p: s for p, s in state.items() if p not in state_sum0}
+  arrays0 = {k: tf.TensorArray(dtype, size=num_tasks, element_shape=[])
+             for k in metric_names}
+
+  def body(i, acc, state_sum, state_first, arrays):
+    grads, result, task_state = one_task(i)
+    acc = [a + g for a, g in zip(acc, grads)]
+    state_sum = {p: state_sum[p] + task_state[p] for p in state_sum}
+    state_first = {p: tf.where(tf.equal(i, 0), task_state[p], state_first[p])
+                   for p in state_first}
+    arrays = {k: arrays[k].write(i, tf.cast(result[k], dtype)) for k in arrays}
+    return i + 1, acc, state_sum, state_first, arrays
+
+  _, acc, state_sum, state_first, arrays = tf.while_loop(
+      lambda i, *_: i < num_tasks, body,
+      (tf.constant(0, tf.int32), acc0, state_sum0, state_first0, arrays0),
+      parallel_iterations=parallel_iterations)
+  per_task = {k: a.stack() for k, a in arrays.items()}
+  metrics = {k: tf.reduce_mean(v) for k, v in per_task.items()}
+  new_state = dict(state_first)
+  new_state.update({p: s / tf.cast(num_tasks, s.dtype) for p, s in state_sum.items()})
+  new_state = {p: new_state[p] for p in state}
+  grads = [g if c else None for g, c in zip(acc, connected or [True] * len(acc))]
+  n = len(weight_paths)
+  return MetaBatchGradients(
+      loss=metrics["query_loss_after"],
+      weight_grads={p: g if g is not None else tf.zeros_like(weights[p])
+                    for p, g in zip(weight_paths, grads[:n])},
+      variable_grads=grads[n:], metrics=metrics, state=new_state, per_task=per_task)
