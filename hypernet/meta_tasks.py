@@ -217,6 +217,11 @@ def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
     return conv4.make_conv4(num_outputs, tuple(input_shape), filters=int(widths[0]),
                             num_blocks=len(widths))
   if mc.name == "cnn":
+    if mc.get("kernel_l2", 0.0):
+      raise ValueError(
+          f"config.model.kernel_l2={mc.kernel_l2}: meta-learning tasks do not add the "
+          "target's regularizer penalties to the inner or outer loss yet; set it to 0 "
+          "(or regularise through config.optim.weight_decay with optim.name='adamw').")
     return models.make_target(mc, tuple(input_shape), num_outputs)
   raise ValueError(f"config.model.name={mc.name!r} for meta-learning; use 'conv4' or 'cnn'.")
 

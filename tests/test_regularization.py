@@ -109,3 +109,13 @@ def test_train_loss_adds_the_penalty_of_the_generated_weights():
 def test_train_loop_logs_the_penalty(tmp_path):
   result = train_lib.train_and_evaluate(_config(), str(tmp_path))
   assert result["regularization_loss"] > 0
+
+
+def test_meta_learning_refuses_a_penalised_target_naming_the_field(tmp_path):
+  import omniglot_fomaml  # pylint: disable=g-import-not-at-top
+  from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+  c = omniglot_fomaml.get_config()
+  c.model.name = "cnn"
+  c.model.kernel_l2 = 0.5
+  with pytest.raises(ValueError, match=r"config.model.kernel_l2=0.5: meta-learning tasks"):
+    meta_tasks.make_meta_target(c, (28, 28, 1), 5)
