@@ -332,6 +332,7 @@ def base_config():
   c.continual.steps_per_task = 1000
   c.continual.beta = 0.01              # hnet: output regulariser strength
   c.continual.past_tasks_per_step = 0  # hnet: random past tasks per step (0: all)
+  c.continual.lookahead = False        # hnet: penalty at Theta + a step of the task loss
   c.continual.ewc_lambda = 100.0       # ewc: penalty strength
   c.continual.ewc_gamma = 1.0          # ewc: online Fisher decay
   c.continual.fisher_samples = 500     # ewc: examples per task for the Fisher

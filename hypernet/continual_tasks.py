@@ -209,8 +209,20 @@ class ContinualTask:
     heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
     return tf.gather(heads, task, axis=1), state
 
-  def penalty(self, task, step):
-    """The method's continual-learning penalty at this step (float32 scalar)."""
+  def _past_outputs(self, ids, delta=None):
+    """``[S, P]``: the hypernetwork's flattened outputs for task ids ``ids``, at
+    ``Theta + delta`` when a look-ahead ``delta`` (``{variable path: tensor}``) is given."""
+    if delta is None:
+      generated = self.hnet(ids)
+    else:
+      variables = functional.variable_paths(self.hnet, trainable=True)
+      generated = functional.functional_call(
+          self.hnet, {p: variables[p] + d for p, d in delta.items()}, ids)
+    return cl_regularizers.flatten_weights(generated, self.hnet.paths, 1)
+
+  def penalty(self, task, step, delta=None):
+    """The method's continual-learning penalty at this step (float32 scalar); ``delta``:
+    the hypernetwork's look-ahead step (von Oswald et al. Eq. 2), or ``None``."""
     cc = self.config.continual
     if self.method == "ewc":
       return cl_regularizers.ewc_penalty(self.source.trainable_variables, self.state.anchors,
@@ -221,22 +233,31 @@ class ContinualTask:
     if k > 0:   # A random subset of K past tasks (with replacement), drawn from the step.
       seed = tf.stack([tf.constant(self.config.seed, tf.int64), tf.cast(step, tf.int64)])
       ids = tf.random.stateless_uniform([k], seed, 0, tf.maximum(task, 1), dtype=tf.int32)
-      generated = cl_regularizers.flatten_weights(self.hnet(ids), self.hnet.paths, 1)
+      generated = self._past_outputs(ids, delta)
       return tf.where(task > 0, cl_regularizers.output_regularizer(
           generated, tf.gather(self.state.targets, ids), cc.beta, num_terms=k), 0.0)
     ids = tf.range(self.num_tasks)
     mask = tf.cast(ids < task, tf.float32)
-    generated = cl_regularizers.flatten_weights(self.hnet(ids), self.hnet.paths, 1)
+    generated = self._past_outputs(ids, delta)
     sq = tf.reduce_sum(tf.square(generated - tf.stop_gradient(self.state.targets)), 1)
     return tf.cast(cc.beta, tf.float32) * tf.math.divide_no_nan(
         tf.reduce_sum(mask * sq), tf.cast(task, tf.float32))
 
   def train_loss(self, batch, global_batch_size):
     task = batch["task"]
-    logits, state = self._logits(batch["image"], task, training=True)
-    per_example, sums = objectives.classification(logits, batch["label"])
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-    penalty = self.penalty(task, batch["step"])
+    lookahead = self.method == "hnet" and self.config.continual.lookahead
+    with tf.GradientTape(watch_accessed_variables=lookahead) as tape:
+      logits, state = self._logits(batch["image"], task, training=True)
+      per_example, sums = objectives.classification(logits, batch["label"])
+      loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+    delta = None
+    if lookahead:  # One SGD step of the task loss alone, a constant of the penalty.
+      variables = functional.variable_paths(self.hnet, trainable=True)
+      grads = tape.gradient(loss, list(variables.values()))
+      lr = self.config.optim.lr
+      delta = {p: -lr * tf.stop_gradient(tf.convert_to_tensor(g))
+               for p, g in zip(variables, grads) if g is not None}
+    penalty = self.penalty(task, batch["step"], delta)
     sums["cl_penalty"] = (penalty, tf.constant(1.0))
     loss = loss + tf.nn.scale_regularization_loss(penalty)
     return loss, sums, state

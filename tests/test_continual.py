@@ -143,6 +143,14 @@ def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path):
                                err_msg=n)
 
 
+def test_lookahead_and_subset_variants_protect_task_0(tmp_path):
+  config = _config(**{"continual.beta": 1000.0, "continual.lookahead": True,
+                      "continual.past_tasks_per_step": 1, "optim.lr": 3e-3})
+  result = train_lib.train_and_evaluate(config, str(tmp_path))
+  matrix = np.array(result["cl1/matrix"])
+  assert matrix[1, 0] >= matrix[0, 0] - 0.02, matrix     # task 0 not forgotten
+
+
 @pytest.mark.parametrize("method", ["finetune", "ewc", "independent"])
 def test_baselines_run_in_the_same_loop(tmp_path, method):
   result = train_lib.train_and_evaluate(_config(method=method, steps=30), str(tmp_path))
