@@ -25,7 +25,10 @@ _NONFINITE_MODES = ("stop", "skip")
 # Fields with a fixed set of values, checked before any work. The modules that act on
 # them hold the same lists (tests/test_config_lib.py checks they agree).
 CHOICES = {
-    "task": ("classification", "multitask_classification", "few_shot", "sinusoid"),
+    "task": ("classification", "multitask_classification", "few_shot", "sinusoid",
+             "continual"),
+    "continual.method": ("hnet", "finetune", "ewc", "independent"),
+    "continual.benchmark": ("split", "permuted"),
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
@@ -402,6 +405,22 @@ def base_config():
   # task t relabels class y as (y + t) mod num_classes when label_shift is set.
   c.multitask = ml_collections.ConfigDict()
   c.multitask.label_shift = True
+
+  # Continual learning (config.task = "continual"; hypernet/continual_tasks.py):
+  # num_steps must be num_tasks * steps_per_task.
+  c.continual = ml_collections.ConfigDict()
+  c.continual.method = "hnet"          # hnet | finetune | ewc | independent
+  c.continual.benchmark = "split"      # split (classes 2t, 2t+1) | permuted (pixels)
+  c.continual.num_tasks = 5
+  c.continual.classes_per_task = 2     # split
+  c.continual.steps_per_task = 1000
+  c.continual.beta = 0.01              # hnet: output regulariser strength
+  c.continual.past_tasks_per_step = 0  # hnet: random past tasks per step (0: all)
+  c.continual.lookahead = False        # hnet: penalty at Theta + a step of the task loss
+  c.continual.ewc_lambda = 100.0       # ewc: penalty strength
+  c.continual.ewc_gamma = 1.0          # ewc: online Fisher decay
+  c.continual.fisher_samples = 500     # ewc: examples per task for the Fisher
+  c.continual.eval_examples_per_task = 0  # 0: the whole test set of every task
 
   # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/meta_tasks.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the

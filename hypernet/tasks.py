@@ -225,8 +225,11 @@ def build_task(config):
     return ClassificationTask(config)
   if config.task == "multitask_classification":
     return MultiTaskClassificationTask(config)
+  if config.task == "continual":
+    from hypernet import continual_tasks  # pylint: disable=g-import-not-at-top
+    return continual_tasks.ContinualTask(config)
   from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
   if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
     return meta_tasks.MetaLearningTask(config)
   raise ValueError(f"config.task={config.task!r} is unknown; known: "
-                   f"{['classification', 'multitask_classification'] + list(meta_tasks.TASKS)}.")
+                   f"{['classification', 'multitask_classification', 'continual'] + list(meta_tasks.TASKS)}.")

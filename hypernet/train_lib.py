@@ -540,7 +540,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       break
     profiler.update(step)
     stop = min([_next_event(step, every, total) for every in (
-        config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every)]
+        config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every,
+        getattr(trainer.task, "event_every", 0))]
                + [b for b in profiler.boundaries() if b > step]
                + ([step + 1] if steady_t is None else []))
     metrics, first_bad = trainer.train_chunk(iterator, stop - step)
@@ -595,6 +596,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       eval_metrics = trainer.evaluate()
       writer.scalars(step, eval_metrics, "eval")
       logging.info("eval at step %d: %s", step, cli.format_metrics(eval_metrics))
+    if hasattr(trainer.task, "on_event"):  # Task events (continual: end of a task).
+      trainer.task.on_event(trainer, step, writer)
     if step % config.checkpoint_every == 0 or step == total:
       trainer.manager.save(checkpoint_number=step)
   profiler.update(step)
@@ -614,6 +617,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   result.update(step=step, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})
   result["skipped_steps"] = skipped
+  if hasattr(trainer.task, "final_metrics"):
+    result.update(trainer.task.final_metrics())
   writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
   writer.flush()
   if is_chief:

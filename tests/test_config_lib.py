@@ -156,6 +156,9 @@ def test_choices_agree_with_the_modules_that_use_them():
   assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
+  from hypernet import continual_tasks
+  assert config_lib.CHOICES["continual.method"] == continual_tasks.METHODS
+  assert config_lib.CHOICES["continual.benchmark"] == continual_tasks.BENCHMARKS
 
 
 @pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),

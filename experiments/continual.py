@@ -1,0 +1,139 @@
+"""Continual-learning results table and accuracy heat-maps from the committed configs.
+
+Runs (or, with ``--no-run``, only reads) ``configs/{split,permuted}_fmnist_{hnet,finetune,
+ewc,independent}.py`` for the given seeds with ``python -m hypernet.train``, each in
+``ROOT/<config>_s<seed>``, reads their ``final_metrics.json`` and writes:
+
+* the table printed (copied into ``experiments/RESULTS_continual.md``): per benchmark and method, mean final accuracy,
+  mean during-training accuracy and forgetting (CL1 and CL3; mean +- std over seeds),
+  compression ratio, wall time;
+* ``experiments/continual_matrices.png``: the CL1 accuracy matrices (row: after task t,
+  column: task k) of each method on each benchmark, seed 0.
+
+    python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
+        --root=/tmp/hypernet/continual --seeds=0,1,2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = ("split", "permuted")
+METHODS = ("hnet", "finetune", "ewc", "independent")
+LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
+          "ewc": "online EWC", "independent": "independent networks"}
+
+
+def run(name: str, seed: int, root: str, data_dir: str) -> dict:
+  workdir = os.path.join(root, f"{name}_s{seed}")
+  path = os.path.join(workdir, "final_metrics.json")
+  if not os.path.exists(path):
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "hypernet.train", f"--config=configs/{name}.py",
+                    f"--workdir={workdir}", f"--config.data.data_dir={data_dir}",
+                    f"--config.seed={seed}"], cwd=REPO, check=True)
+    print(f"{name} seed {seed}: {time.time() - t0:.0f} s", flush=True)
+  with open(path) as f:
+    return json.load(f)
+
+
+def _fmt(values, scale=100.0):
+  values = [scale * v for v in values]
+  if len(values) == 1:
+    return f"{values[0]:.2f}"
+  return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
+
+
+def table(results: dict, seeds) -> str:
+  lines = []
+  for bench in BENCHMARKS:
+    rows = [(m, results.get((bench, m))) for m in METHODS if results.get((bench, m))]
+    if not rows:
+      continue
+    counts = sorted({len(r) for _, r in rows})
+    lines += [f"### {bench} Fashion-MNIST (seeds per method: {'/'.join(map(str, counts))})",
+              "",
+              "| method | CL1 final | CL1 during | CL1 forgetting | CL3 final | CL3 forgetting "
+              "| compression | wall time (s) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for method, runs in rows:
+      get = lambda k: [r[k] for r in runs]
+      comp = runs[0].get("params/compression_ratio", 0.0)
+      comp = f"{comp:.2f}x" if comp else "–"
+      lines.append(
+          f"| {LABELS[method]} | {_fmt(get('cl1/final_accuracy'))} | "
+          f"{_fmt(get('cl1/during_accuracy'))} | {_fmt(get('cl1/forgetting'))} | "
+          f"{_fmt(get('cl3/final_accuracy'))} | {_fmt(get('cl3/forgetting'))} | "
+          f"{comp} | {np.mean(get('wall_time_sec')):.0f} |")
+    lines.append("")
+  return "\n".join(lines)
+
+
+def heatmaps(results: dict, path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  panels = [(b, m) for b in BENCHMARKS for m in METHODS if results.get((b, m))]
+  cols = len(METHODS)
+  rows = len({b for b, _ in panels})
+  fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.1 * rows), dpi=110,
+                           squeeze=False)
+  for ax in axes.ravel():
+    ax.axis("off")
+  bench_row = {b: i for i, b in enumerate(sorted({b for b, _ in panels}, key=BENCHMARKS.index))}
+  for bench, method in panels:
+    ax = axes[bench_row[bench], METHODS.index(method)]
+    ax.axis("on")
+    matrix = np.array(results[(bench, method)][0]["cl1/matrix"], dtype=float)
+    shown = np.where(matrix < 0, np.nan, 100 * matrix)
+    image = ax.imshow(shown, vmin=50, vmax=100, cmap="viridis")
+    ax.set_title(f"{bench}: {LABELS[method]}", fontsize=8)
+    ax.set_xlabel("task evaluated", fontsize=7)
+    ax.set_ylabel("after learning task", fontsize=7)
+    ax.tick_params(labelsize=6)
+    if matrix.shape[0] <= 5:
+      for (i, j), v in np.ndenumerate(shown):
+        if not np.isnan(v):
+          ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
+  fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="CL1 test accuracy (%)")
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--data_dir", default="", help="Fashion-MNIST IDX folder")
+  parser.add_argument("--root", default="/tmp/hypernet/continual", help="workdirs go here")
+  parser.add_argument("--seeds", default="0")
+  parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+  parser.add_argument("--no-run", dest="run", action="store_false",
+                      help="only read finished runs")
+  parser.add_argument("--out", default=os.path.join(REPO, "experiments"))
+  args = parser.parse_args()
+  seeds = [int(s) for s in args.seeds.split(",")]
+  results = {}
+  for bench in args.benchmarks.split(","):
+    for method in METHODS:
+      name = f"{bench}_fmnist_{method}"
+      runs = []
+      for seed in seeds:
+        path = os.path.join(args.root, f"{name}_s{seed}", "final_metrics.json")
+        if args.run or os.path.exists(path):
+          runs.append(run(name, seed, args.root, args.data_dir))
+      if runs:
+        results[(bench, method)] = runs
+  text = table(results, seeds)
+  print(text)
+  heatmaps(results, os.path.join(args.out, "continual_matrices.png"))
+
+
+if __name__ == "__main__":
+  main()

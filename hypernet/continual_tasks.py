@@ -1,0 +1,412 @@
+"""Continual learning as a task of the one train loop (``config.task = "continual"``).
+
+``T = config.continual.num_tasks`` tasks (:mod:`hypernet.data.continual`: split or
+permuted data) are learned one after another, ``steps_per_task`` steps each; global
+step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.method``):
+
+* ``"hnet"`` -- von Oswald et al. 2020 ("Continual learning with hypernetworks", ICLR):
+  a conditional hypernetwork (any kind: ``config.hypernet.kind``) with one learned task
+  embedding per task generates the target's weights; after each task its outputs for
+  the tasks so far are stored, and the output regulariser
+  (:func:`hypernet.cl_regularizers.output_regularizer`) keeps them there.
+* ``"finetune"`` -- one multi-head target trained on each task in turn, unprotected.
+* ``"ewc"`` -- the same with the online EWC penalty
+  (:func:`hypernet.cl_regularizers.ewc_penalty`; Fisher from each task's data).
+* ``"independent"`` -- a separate target network per task (the upper bound).
+
+Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
+is given at test time (the task's embedding / head); CL3, it is not: ``hnet`` and
+``independent`` infer it as the task whose weights give the lowest predictive entropy
+(HNET+ENT), the multi-head baselines take the arg-max over the heads of the tasks seen.
+
+At the end of each task (an event of the loop) the task evaluates every task's test set
+under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
+``acc_cl3[t, k]`` (accuracy on task ``k`` after learning task ``t``), logged as
+``cl/acc_task_k`` (and ``cl3/acc_task_k``) and kept in the checkpoint. The optimiser's
+slots are reset at each new task (a fresh optimiser per task, as in the paper's code),
+so no parameter of an earlier task drifts on stale momentum.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Dict, List
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hypernet import cl_regularizers, functional, models, objectives, sources
+from hypernet import data as data_lib
+from hypernet.data import continual as cl_data
+from hypernet.data import pipeline
+
+METHODS = ("hnet", "finetune", "ewc", "independent")
+BENCHMARKS = ("split", "permuted")
+
+
+class _TableSource(sources.WeightSource):
+  """Independent networks: ``T`` full weight sets held as variables ``[T, *shape]``;
+  ``weights(t)`` is set ``t`` (each initialised as a fresh target would be)."""
+
+  def __init__(self, target: keras.Model, build_target, num_sets: int, seed: int):
+    super().__init__(target, train_rest=False)
+    variables = functional.variable_paths(target, trainable=True)
+    self.generated_paths = list(variables)
+    inits = []
+    for t in range(num_sets):          # Set t: a target built from its own seed.
+      keras.utils.set_random_seed(seed + 7919 * (t + 1))
+      other = functional.variable_paths(build_target(), trainable=True)
+      inits.append({p: other[p].numpy() for p in variables})
+    keras.utils.set_random_seed(seed)
+    self.sets = {p: tf.Variable(np.stack([i[p] for i in inits]),
+                                name="sets_" + p.replace("/", "_")) for p in variables}
+
+  def weights(self, context=None) -> Dict[str, tf.Tensor]:
+    return {p: tf.gather(v, context) for p, v in self.sets.items()}
+
+  @property
+  def own_variables(self):
+    return list(self.sets.values())
+
+  def trackables(self):
+    return dict(super().trackables(), independent_sets=list(self.sets.values()))
+
+
+class _State(tf.Module):
+  """The continual-learning state a checkpoint holds (targets, Fisher, accuracy rows)."""
+
+
+class ContinualTask:
+  """Continual learning (see the module doc). Batches carry the task id ``"task"``
+  (int32 scalar) and the global ``"step"`` besides ``"image"`` / ``"label"``.
+
+  Args:
+    config: the experiment config (``config.continual`` fields).
+    data: optional :class:`~hypernet.data.base.ImageClassificationData` to split
+      instead of loading ``config.data``.
+
+  Raises:
+    ValueError: an unknown method / benchmark (lists them), ``config.num_steps`` other
+      than ``num_tasks * steps_per_task``, a hypernetwork kind ``"none"`` for ``hnet``.
+  """
+
+  def __init__(self, config, data=None):
+    cc = config.continual
+    self.config = config
+    if cc.method not in METHODS:
+      raise ValueError(f"config.continual.method={cc.method!r} is unknown; known: {list(METHODS)}.")
+    if cc.benchmark not in BENCHMARKS:
+      raise ValueError(f"config.continual.benchmark={cc.benchmark!r} is unknown; known: "
+                       f"{list(BENCHMARKS)}.")
+    self.num_tasks = T = int(cc.num_tasks)
+    self.steps_per_task = int(cc.steps_per_task)
+    if not 0 < config.num_steps <= T * self.steps_per_task:
+      raise ValueError(
+          f"config.num_steps={config.num_steps} must be at most config.continual.num_tasks "
+          f"* steps_per_task = {T * self.steps_per_task} (the whole sequence; fewer stops "
+          "inside it, and a rerun with more resumes there).")
+    base = data if data is not None else data_lib.load_classification(config.data)
+    if cc.benchmark == "split":
+      self.tasks = cl_data.split_tasks(base, T, int(cc.classes_per_task))
+    else:
+      self.tasks = cl_data.permuted_tasks(base, T, config.seed)
+    if cc.eval_examples_per_task:
+      n = int(cc.eval_examples_per_task)
+      self.eval_tasks = [copy.copy(d) for d in self.tasks]
+      self.eval_tasks = [type(d)(name=d.name, x_train=d.x_train[:1], y_train=d.y_train[:1],
+                                 x_test=d.x_test[:n], y_test=d.y_test[:n],
+                                 num_classes=d.num_classes, pixel_scale=d.pixel_scale)
+                         for d in self.tasks]
+    else:
+      self.eval_tasks = self.tasks
+    self.classes = c = self.tasks[0].num_classes
+    self.method = cc.method
+    multi_head = self.method in ("finetune", "ewc")
+    self.target = models.make_target(config.model, self.tasks[0].image_shape,
+                                     T * c if multi_head else c)
+    self.state = _State(name="continual")
+    with self.state.name_scope:
+      self.state.acc_cl1 = tf.Variable(tf.fill([T, T], -1.0), trainable=False, name="acc_cl1")
+      self.state.acc_cl3 = tf.Variable(tf.fill([T, T], -1.0), trainable=False, name="acc_cl3")
+      self.state.rows_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rows_done")
+      self.state.current = tf.Variable(0, dtype=tf.int32, trainable=False, name="current")
+    if self.method == "hnet":
+      hc = copy.deepcopy(config.hypernet)
+      if hc.kind == "none":
+        raise ValueError("config.continual.method='hnet' needs a hypernetwork: set "
+                         "config.hypernet.kind (mlp | chunked | static).")
+      hc.num_conditions = T
+      spec = functional.weight_spec(self.target, hc.targets)
+      values = {p: v.numpy() for p, v in functional.variable_paths(self.target).items()
+                if p in spec}
+      hnet = sources.build_hypernetwork(hc, spec, values, seed=config.seed)
+      self.source = sources.HypernetworkSource(self.target, hnet, train_rest=hc.train_rest)
+      self.hnet = hnet
+      width = sum(int(np.prod(s.shape)) for s in spec.values())
+      with self.state.name_scope:
+        self.state.targets = tf.Variable(tf.zeros([T, width]), trainable=False,
+                                         name="hnet_targets")
+    elif self.method == "independent":
+      self.source = _TableSource(
+          self.target, lambda: models.make_target(config.model, self.tasks[0].image_shape, c),
+          T, config.seed)
+    else:
+      self.source = sources.IdentitySource(self.target)
+      if self.method == "ewc":
+        params = self.source.trainable_variables
+        with self.state.name_scope:
+          self.state.anchors = [tf.Variable(tf.zeros_like(p), trainable=False,
+                                            name=f"anchor{i}") for i, p in enumerate(params)]
+          self.state.fisher = [tf.Variable(tf.zeros_like(p), trainable=False,
+                                           name=f"fisher{i}") for i, p in enumerate(params)]
+    self.metric_names = ["loss", "accuracy", "cl_penalty"]
+    self.event_every = self.steps_per_task
+
+  # -- the task interface ------------------------------------------------------------
+  @property
+  def trainable_variables(self):
+    return self.source.trainable_variables
+
+  def trackables(self) -> Dict[str, object]:
+    return dict(self.source.trackables(), continual=self.state)
+
+  def train_dataset(self, global_batch_size, seed, start_step=0, input_context=None):
+    spt = self.steps_per_task
+    parts = []
+    for t, data in enumerate(self.tasks):
+      lo, hi = t * spt, (t + 1) * spt
+      if hi <= start_step:
+        continue
+      first = max(start_step, lo) - lo
+      ds = pipeline.train_dataset(data, global_batch_size, seed + 1000 * t, first,
+                                  num_steps=spt - first, input_context=input_context,
+                                  augment_shift=self.config.data.augment_shift,
+                                  augment_flip=self.config.data.augment_flip)
+      local = pipeline._replica_layout(global_batch_size, input_context)[1]  # pylint: disable=protected-access
+      ds = ds.enumerate().map(lambda k, b, t=t, s0=lo + first, n=local: dict(
+          b, task=tf.constant(t, tf.int32), step=s0 + k // n))
+      parts.append(ds)
+    out = parts[0]
+    for ds in parts[1:]:
+      out = out.concatenate(ds)
+    return out
+
+  def eval_dataset(self, global_batch_size, input_context=None):
+    out = None
+    for t, data in enumerate(self.eval_tasks):
+      ds = pipeline.eval_dataset(data, global_batch_size, "test", input_context)
+      ds = ds.map(lambda b, t=t: dict(b, task=tf.constant(t, tf.int32)))
+      out = ds if out is None else out.concatenate(ds)
+    return out
+
+  def _logits(self, x, task, training):
+    """Logits ``[B, c]`` of the given task (CL1) and the new non-trainable state."""
+    if self.method in ("hnet", "independent"):
+      return functional.functional_call(self.target, self.source.weights(task), x,
+                                        training=training, return_state=True)
+    logits, state = functional.functional_call(self.target, None, x, training=training,
+                                               return_state=True)
+    heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
+    return tf.gather(heads, task, axis=1), state
+
+  def _past_outputs(self, ids, delta=None):
+    """``[S, P]``: the hypernetwork's flattened outputs for task ids ``ids``, at
+    ``Theta + delta`` when a look-ahead ``delta`` (``{variable path: tensor}``) is given."""
+    if delta is None:
+      generated = self.hnet(ids)
+    else:
+      variables = functional.variable_paths(self.hnet, trainable=True)
+      generated = functional.functional_call(
+          self.hnet, {p: variables[p] + d for p, d in delta.items()}, ids)
+    return cl_regularizers.flatten_weights(generated, self.hnet.paths, 1)
+
+  def penalty(self, task, step, delta=None):
+    """The method's continual-learning penalty at this step (float32 scalar); ``delta``:
+    the hypernetwork's look-ahead step (von Oswald et al. Eq. 2), or ``None``."""
+    cc = self.config.continual
+    if self.method == "ewc":
+      return cl_regularizers.ewc_penalty(self.source.trainable_variables, self.state.anchors,
+                                         self.state.fisher, cc.ewc_lambda)
+    if self.method != "hnet" or self.num_tasks == 1:
+      return tf.constant(0.0)
+    k = int(cc.past_tasks_per_step)
+    if k > 0:   # A random subset of K past tasks (with replacement), drawn from the step.
+      seed = tf.stack([tf.constant(self.config.seed, tf.int64), tf.cast(step, tf.int64)])
+      ids = tf.random.stateless_uniform([k], seed, 0, tf.maximum(task, 1), dtype=tf.int32)
+      generated = self._past_outputs(ids, delta)
+      return tf.where(task > 0, cl_regularizers.output_regularizer(
+          generated, tf.gather(self.state.targets, ids), cc.beta, num_terms=k), 0.0)
+    ids = tf.range(self.num_tasks)
+    mask = tf.cast(ids < task, tf.float32)
+    generated = self._past_outputs(ids, delta)
+    sq = tf.reduce_sum(tf.square(generated - tf.stop_gradient(self.state.targets)), 1)
+    return tf.cast(cc.beta, tf.float32) * tf.math.divide_no_nan(
+        tf.reduce_sum(mask * sq), tf.cast(task, tf.float32))
+
+  def train_loss(self, batch, global_batch_size):
+    task = batch["task"]
+    lookahead = self.method == "hnet" and self.config.continual.lookahead
+    with tf.GradientTape(watch_accessed_variables=lookahead) as tape:
+      logits, state = self._logits(batch["image"], task, training=True)
+      per_example, sums = objectives.classification(logits, batch["label"])
+      loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+    delta = None
+    if lookahead:  # One SGD step of the task loss alone, a constant of the penalty.
+      variables = functional.variable_paths(self.hnet, trainable=True)
+      grads = tape.gradient(loss, list(variables.values()))
+      lr = self.config.optim.lr
+      delta = {p: -lr * tf.stop_gradient(tf.convert_to_tensor(g))
+               for p, g in zip(variables, grads) if g is not None}
+    penalty = self.penalty(task, batch["step"], delta)
+    sums["cl_penalty"] = (penalty, tf.constant(1.0))
+    loss = loss + tf.nn.scale_regularization_loss(penalty)
+    return loss, sums, state
+
+  def eval_sums(self, batch):
+    task, x, y = batch["task"], batch["image"], tf.cast(batch["label"], tf.int32)
+    weight = batch.get("weight", tf.ones_like(y, tf.float32))
+    logits, _ = self._logits(x, task, training=False)
+    _, sums = objectives.classification(logits, y, weight)
+    correct1 = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
+    pred_task, pred_class = self._infer_task(x)
+    correct3 = tf.cast((pred_task == task) & (pred_class == y), tf.float32)
+    sums["cl3_accuracy"] = (tf.reduce_sum(correct3 * weight), tf.reduce_sum(weight))
+    for k in range(self.num_tasks):
+      w = weight * tf.cast(tf.equal(task, k), tf.float32)
+      sums[f"accuracy/task{k}"] = (tf.reduce_sum(correct1 * w), tf.reduce_sum(w))
+      sums[f"cl3_accuracy/task{k}"] = (tf.reduce_sum(correct3 * w), tf.reduce_sum(w))
+    return sums
+
+  def _infer_task(self, x):
+    """CL3: ``(task, class)`` per example, over the tasks seen so far (``<= current``)."""
+    seen = tf.range(self.num_tasks) <= self.state.current
+    if self.method in ("hnet", "independent"):
+      from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+      weights = self.source.weights(tf.range(self.num_tasks))       # {path: [T, ...]}
+      logits = batched.batched_functional_call(self.target, weights, x, shared_inputs=True)
+      return entropy_task_inference(logits, seen)
+    logits = functional.functional_call(self.target, None, x, training=False)
+    heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
+    heads = tf.where(seen[None, :, None], heads, -np.inf)
+    flat = tf.argmax(tf.reshape(heads, [-1, self.num_tasks * self.classes]), -1,
+                     output_type=tf.int32)
+    return flat // self.classes, flat % self.classes
+
+  def apply_state(self, state):
+    if state:
+      functional.assign_state(self.target, state)
+
+  def describe(self) -> Dict[str, float]:
+    counts = self.source.parameter_counts()
+    one_target = counts["target"]
+    counts["compression_ratio"] = one_target / max(counts["source"], 1) if counts["source"] \
+        else 0.0
+    return counts
+
+  # -- events of the loop --------------------------------------------------------------
+  def on_event(self, trainer, step: int, writer) -> None:
+    """At the end of task ``t`` (step ``(t+1) * steps_per_task``): fills row ``t`` of the
+    accuracy matrices, logs ``cl/acc_task_k``, and prepares task ``t + 1`` (stores the
+    hypernetwork's outputs / the Fisher and anchors, resets the optimiser's slots).
+    Idempotent: a row already in the (restored) state is not redone."""
+    if step % self.steps_per_task or step == 0:
+      return
+    done = step // self.steps_per_task - 1
+    if int(self.state.rows_done.read_value()) > done:
+      return
+    self.state.current.assign(done)
+    metrics = trainer.evaluate()
+    row1 = np.full(self.num_tasks, -1.0, np.float32)
+    row3 = row1.copy()
+    for k in range(done + 1):
+      row1[k] = metrics[f"accuracy/task{k}"]
+      row3[k] = metrics[f"cl3_accuracy/task{k}"]
+    acc1 = self.state.acc_cl1.numpy()
+    acc3 = self.state.acc_cl3.numpy()
+    acc1[done], acc3[done] = row1, row3
+    self.state.acc_cl1.assign(acc1)
+    self.state.acc_cl3.assign(acc3)
+    writer.scalars(step, {**{f"cl/acc_task_{k}": float(row1[k]) for k in range(done + 1)},
+                          **{f"cl3/acc_task_{k}": float(row3[k]) for k in range(done + 1)}},
+                   "eval")
+    if done + 1 < self.num_tasks:
+      self._prepare_next_task(done)
+      self.state.current.assign(done + 1)
+      _reset_optimizer_slots(trainer.optimizer)
+    self.state.rows_done.assign(done + 1)
+
+  def _prepare_next_task(self, done: int) -> None:
+    cc = self.config.continual
+    if self.method == "hnet":
+      generated = cl_regularizers.flatten_weights(
+          self.hnet(tf.range(self.num_tasks)), self.hnet.paths, 1)
+      self.state.targets.assign(generated)
+    elif self.method == "ewc":
+      data = self.tasks[done]
+      n = min(int(cc.fisher_samples), len(data.x_train))
+      idx = np.random.default_rng([self.config.seed, done]).choice(len(data.x_train), n,
+                                                                   replace=False)
+      x = tf.constant(data.x_train[idx].astype(np.float32) * data.pixel_scale)
+      y = tf.constant(data.y_train[idx].astype(np.int32))
+      params = self.source.trainable_variables
+
+      def log_likelihood(xb, yb, t=done):
+        logits, _ = self._logits(xb, tf.constant(t), training=False)
+        return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
+
+      fisher = tf.function(lambda a, b: cl_regularizers.diagonal_fisher(
+          log_likelihood, params, a, b))(x, y)
+      for f_var, f_new, anchor, p in zip(self.state.fisher, fisher, self.state.anchors, params):
+        f_var.assign(float(cc.ewc_gamma) * f_var + f_new)
+        anchor.assign(p)
+
+  def final_metrics(self) -> Dict[str, object]:
+    """Accuracy matrices and their summaries (von Oswald et al. Sec. 4): mean final
+    accuracy (last row), mean during accuracy (diagonal: each task right after it was
+    learned), forgetting (during - final), for CL1 and CL3."""
+    out = {}
+    for name, var in (("cl1", self.state.acc_cl1), ("cl3", self.state.acc_cl3)):
+      acc = var.numpy().astype(np.float64)
+      rows = int(self.state.rows_done.read_value())
+      if rows == 0:
+        continue
+      final = acc[rows - 1, :rows]
+      during = np.diag(acc)[:rows]
+      out[f"{name}/matrix"] = acc[:rows, :rows].round(6).tolist()
+      out[f"{name}/final_accuracy"] = float(final.mean())
+      out[f"{name}/during_accuracy"] = float(during.mean())
+      out[f"{name}/forgetting"] = float(during.mean() - final.mean())
+    return out
+
+
+def entropy_task_inference(logits: tf.Tensor, seen: tf.Tensor):
+  """HNET+ENT (von Oswald et al. 2020, Sec. 4): each input's task is the one whose
+  weights give the lowest predictive entropy.
+
+  Args:
+    logits: ``[T, B, c]``, the target's logits for ``B`` inputs under each task's weights.
+    seen: ``[T]`` bool, the tasks that may be chosen (learned so far).
+
+  Returns:
+    ``(task [B] int32, class [B] int32)``: the chosen task and its arg-max class.
+  """
+  logp = tf.nn.log_softmax(logits, -1)
+  entropy = -tf.reduce_sum(tf.exp(logp) * logp, -1)                  # [T, B]
+  entropy = tf.where(seen[:, None], entropy, tf.constant(np.inf, entropy.dtype))
+  task = tf.argmin(entropy, 0, output_type=tf.int32)
+  picked = tf.gather(tf.transpose(logits, [1, 0, 2]), task, batch_dims=1)
+  return task, tf.argmax(picked, -1, output_type=tf.int32)
+
+
+def _reset_optimizer_slots(optimizer) -> None:
+  """Zeros the optimiser's slot variables (moments), keeping its iteration count and
+  learning rate: a fresh optimiser for the next task, with the same checkpoint layout."""
+  inner = getattr(optimizer, "inner_optimizer", optimizer)
+  keep = {id(inner.iterations)}
+  lr = getattr(inner, "_learning_rate", None)
+  if isinstance(lr, (tf.Variable, keras.Variable)):
+    keep.add(id(lr))
+  for v in inner.variables:
+    if id(v) in keep or not tf.as_dtype(v.dtype).is_floating:
+      continue
+    v.assign(tf.zeros_like(v))
