@@ -32,7 +32,6 @@ CHOICES = {
     "data.name": ("digits", "fashion_mnist", "mnist", "omniglot"),
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
     "hypernet.kind": ("none", "mlp", "chunked", "static"),
-    "hypernet.chunk_head": ("shared", "per_layer"),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
     "meta.learner": ("maml", "fomaml", "metasgd", "anil"),
@@ -306,7 +305,6 @@ def base_config():
   c.hypernet.embedding_dim = 8  # mlp: learned input embedding size
   c.hypernet.chunk_size = 1024  # chunked
   c.hypernet.chunk_emb_dim = 32  # chunked
-  c.hypernet.chunk_head = "shared"  # chunked: shared | per_layer (a head per layer)
   c.hypernet.z_dim = 4         # static (Ha et al. 2016): layer embedding size N_z
   c.hypernet.static_hidden_dim = 0  # static: d (0: d = N_z)
   c.hypernet.slice_channels = (16, 16)  # static: (N_in, N_out) of one basic kernel tile

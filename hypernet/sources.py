@@ -156,7 +156,7 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
   Args:
     hc: the ``config.hypernet`` fields: ``kind`` (mlp | chunked | static), ``init``,
       ``num_conditions``, ``condition_dim``, and per kind ``embedding_dim``/``hidden``
-      (mlp), ``chunk_size``/``chunk_emb_dim``/``hidden``/``chunk_head`` (chunked), ``z_dim``,
+      (mlp), ``chunk_size``/``chunk_emb_dim``/``hidden`` (chunked), ``z_dim``,
       ``static_hidden_dim``, ``slice_channels`` (static).
     target_spec: ``{path: tf.TensorSpec}`` of the weights to generate.
     target_values: ``{path: array}`` initial target values (init statistics).
@@ -180,8 +180,7 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
   if hc.kind == "chunked":
     from hypernet.hypernetworks.chunked import ChunkedHypernetwork  # pylint: disable=g-import-not-at-top
     return ChunkedHypernetwork(target_spec, chunk_size=hc.chunk_size,
-                               chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden),
-                               head=hc.chunk_head, **common)
+                               chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden), **common)
   if hc.kind == "static":
     from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
     slice_in, slice_out = (int(c) for c in hc.slice_channels)

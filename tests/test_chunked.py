@@ -31,52 +31,26 @@ def test_generated_shapes_come_from_target_and_counts():
   assert hnet.count_params() == chunks * 7 + (7 * 11 + 11) + (11 * 100 + 100)
 
 
-def test_per_layer_heads_chunk_each_layer_on_its_own():
-  """Layer l (kernel + bias) gets ceil(P_l / k_l) chunks, k_l = min(k, P_l), and its own
-  head columns: changing layer 1's head block changes only layer 1's weights."""
-  target = _target()
-  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
-  hnet = ChunkedHypernetwork(spec, chunk_size=100, chunk_emb_dim=7, hidden=(11,),
-                             head="per_layer")
-  layer_sizes = [40, 296, 2 * 2 * 8 * 16 + 16, 170]    # conv1, conv2, dense1, head
-  widths = [40, 100, 100, 100]
-  chunks = [1, 3, 6, 2]
-  assert hnet.num_chunks == sum(chunks)
-  assert hnet.count_params() == sum(chunks) * 7 + (7 * 11 + 11) + (11 + 1) * sum(widths)
-  before = {p: w.numpy() for p, w in hnet().items()}
-  kernel = hnet.output_head.kernel
-  kernel.assign(kernel.numpy() + np.pad(np.ones((11, 100)), [(0, 0), (40, 200)]))  # conv2 block
-  after = {p: w.numpy() for p, w in hnet().items()}
-  for p in spec:
-    changed = not np.allclose(before[p], after[p])
-    assert changed == p.startswith("conv2/"), p
-  assert sum(layer_sizes) == hnet.num_generated
-  with pytest.raises(ValueError, match="chunk_head"):
-    ChunkedHypernetwork(spec, head="per_tensor")
-
-
 @pytest.mark.parametrize("mode", ["hyperfan_in", "hyperfan_out", "glorot"])
-@pytest.mark.parametrize("head", ["shared", "per_layer"])
-def test_initial_variance_matches_standard_init(mode, head):
+def test_initial_variance_matches_standard_init(mode):
   """Var of generated kernels at init = He/Glorot variance of the target layer (20%)."""
   target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
   spec = functional.weight_spec(target, "*/kernel")
   ratios = {p: [] for p in spec}
   for seed in range(3):
     hnet = ChunkedHypernetwork(spec, chunk_size=512, chunk_emb_dim=16, hidden=(32,),
-                               init=mode, head=head, seed=seed)
+                               init=mode, seed=seed)
     for p, w in hnet().items():
       ratios[p].append(np.var(w.numpy()) / hinit.kernel_std(p, spec[p].shape, mode) ** 2)
   for p, r in ratios.items():
     assert 0.8 < np.mean(r) < 1.2, (p, r)
 
 
-@pytest.mark.parametrize("head", ["shared", "per_layer"])
-def test_gradients_match_float64_finite_differences(head):
+def test_gradients_match_float64_finite_differences():
   target = _target("float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,),
-                             head=head, dtype="float64", seed=3)
+                             dtype="float64", seed=3)
   x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
   y = tf.constant([0, 1, 2, 3, 4, 5])
 

@@ -151,9 +151,7 @@ def test_config_round_trips_through_the_workdir_json():
 
 def test_choices_agree_with_the_modules_that_use_them():
   from hypernet import distribute, sources
-  from hypernet.hypernetworks import chunked
   assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
-  assert config_lib.CHOICES["hypernet.chunk_head"] == chunked.HEADS
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
 

@@ -13,17 +13,6 @@ so the trainable parameter count is ``C * d_e + |MLP| + d_h * chunk_size + chunk
 independent of how the ``P`` generated scalars are laid out; with ``chunk_size`` well
 below ``P`` it is smaller than ``P``.
 
-``head="per_layer"``: every *layer* (the tensors sharing a path prefix, e.g.
-``conv1/kernel`` and ``conv1/bias``) is chunked on its own with chunk size
-``k_l = min(chunk_size, P_l)`` and has its own output head ``W_out[l] [d_h, k_l]``,
-``b_out[l] [k_l]`` on the shared generator (``(d_h + 1) sum_l k_l`` head parameters).
-Why (measured, experiments/RESULTS_hypernets.md "Why the chunked kind underfit"): with one
-shared head, column ``j`` of ``W_out`` gets the sum over chunks of ``gain * dL/dw`` of
-element ``j``, and that is ~100x larger per element for a first conv layer than for the
-dense kernel holding 95% of the weights (Fashion-MNIST CNN at init). Adam divides the
-summed gradient by its RMS, which the small layers then set, so the dense kernel's chunks
-barely move the head. Per-layer heads give each layer its own Adam statistics.
-
 Initialisation (hyperfan-style, Chang et al. 2020): ``W_out`` is drawn with variance
 ``1 / (d_h * E[h^2])`` where ``E[h^2]`` is measured on the initial hidden activations of
 all chunk embeddings, so each raw chunk element has unit variance at init; the fixed
@@ -33,24 +22,13 @@ mean and standard deviation of :func:`hypernet.hypernetworks.init.target_statist
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from hypernet.hypernetworks import base
-
-HEADS = ("shared", "per_layer")
-
-
-def layer_groups(paths: Sequence[str]) -> List[List[int]]:
-  """Indices of ``paths`` grouped by layer (the path without its last component), in
-  order of first appearance: ``["c1/kernel", "c1/bias", "d/kernel"]`` -> ``[[0, 1], [2]]``."""
-  groups: Dict[str, List[int]] = {}
-  for i, p in enumerate(paths):
-    groups.setdefault(p.rsplit("/", 1)[0] if "/" in p else p, []).append(i)
-  return list(groups.values())
 
 
 class ChunkedHypernetwork(base.Hypernetwork):
@@ -66,8 +44,6 @@ class ChunkedHypernetwork(base.Hypernetwork):
     chunk_size: scalars generated per chunk (the output width of the generator).
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
-    head: ``"shared"`` (one output head for every chunk of a flat chunking) or
-      ``"per_layer"`` (layer-wise chunks, one head per layer; see the module doc).
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     num_conditions, condition_dim: conditioning (see
       :class:`hypernet.hypernetworks.base.Hypernetwork`); the generator's input for chunk
@@ -83,15 +59,13 @@ class ChunkedHypernetwork(base.Hypernetwork):
   and dtype (with a leading ``S`` axis for a batch of ``S`` conditions).
 
   Raises:
-    ValueError: empty ``target_spec``, non-positive sizes, an unknown ``init`` or
-      ``head``.
+    ValueError: empty ``target_spec``, non-positive sizes, or an unknown ``init``.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
-               hidden: Sequence[int] = (64,), head: str = "shared",
-               init: str = "hyperfan_in",
+               hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
                num_conditions: int = 0, condition_dim: int = 0, seed: int = 0,
                dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
@@ -99,24 +73,13 @@ class ChunkedHypernetwork(base.Hypernetwork):
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
       raise ValueError(f"chunk_size ({chunk_size}), chunk_emb_dim ({chunk_emb_dim}) and "
                        f"hidden {tuple(hidden)} must be positive.")
-    if head not in HEADS:
-      raise ValueError(f"head={head!r} is unknown; choose one of {HEADS} "
-                       "(config.hypernet.chunk_head).")
     self.chunk_size = int(chunk_size)
-    self.head_mode = head
+    self.num_chunks = -(-self.num_generated // self.chunk_size)
     self.init_mode = init
-    # Segments chunked on their own: everything (shared head) or each layer (per_layer).
-    groups = layer_groups(self.paths) if head == "per_layer" else [list(range(len(self.paths)))]
-    self._order = [i for g in groups for i in g]                  # tensors in segment order
-    self._segment_sizes = [int(sum(self.sizes[i] for i in g)) for g in groups]
-    self._widths = ([min(self.chunk_size, n) for n in self._segment_sizes]
-                    if head == "per_layer" else [self.chunk_size])
-    self._segment_chunks = [-(-n // k) for n, k in zip(self._segment_sizes, self._widths)]
-    self.num_chunks = int(sum(self._segment_chunks))
 
     stats = base.stats_for(self.target_spec, target_values, init)
-    gain = np.concatenate([np.full(self.sizes[i], stats[self.paths[i]][1]) for i in self._order])
-    mean = np.concatenate([np.full(self.sizes[i], stats[self.paths[i]][0]) for i in self._order])
+    gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
+    mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
     # Fixed by the target's shapes, so constants rather than checkpointed state.
     self._gain = tf.constant(gain, self.compute_dtype)
     self._mean = tf.constant(mean, self.compute_dtype)
@@ -133,9 +96,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
                                  self.init_conditions(seed=seed))
     mean_sq = base.second_moment(self._features(tf.constant(inputs, self.compute_dtype)))
     out_std = 1.0 / np.sqrt(width * mean_sq)
-    # One Dense layer; with per-layer heads, column block l is layer l's head.
     self.output_head = keras.layers.Dense(
-        int(sum(self._widths)), name=f"{name}_output", dtype=self.dtype_policy,
+        self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
         kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
     self.output_head.build((None, width))
     self.built = True
@@ -152,24 +114,12 @@ class ChunkedHypernetwork(base.Hypernetwork):
       condition: ``None``, ``[condition_dim]`` or ``[S, condition_dim]`` vectors.
     """
     e = tf.convert_to_tensor(self.chunk_embeddings if embeddings is None else embeddings)
-    h = self._features(base.with_condition(e, condition))                  # [(S,) C, d_h]
-    lead = tf.shape(h)[:-2]
-    if len(self._widths) == 1:
-      pieces = [base.apply_rowwise(self.output_head, h)]                   # [(S,) C, k]
-    else:
-      kernels = tf.split(self.output_head.kernel, self._widths, axis=1)
-      biases = tf.split(self.output_head.bias, self._widths, axis=0)
-      pieces = [tf.einsum("...cd,dk->...ck", hl, w) + b               # [(S,) C_l, k_l]
-                for hl, w, b in zip(tf.split(h, self._segment_chunks, axis=-2), kernels, biases)]
-    flat = [tf.reshape(p, tf.concat([lead, [-1]], 0))[..., :n]
-            for p, n in zip(pieces, self._segment_sizes)]
-    flat = flat[0] if len(flat) == 1 else tf.concat(flat, -1)
+    chunks = base.apply_rowwise(self.output_head,
+                                self._features(base.with_condition(e, condition)))  # [(S,) C, k]
+    lead = tf.shape(chunks)[:-2]
+    flat = tf.reshape(chunks, tf.concat([lead, [-1]], 0))[..., : self.num_generated]
     return flat * self._gain + self._mean
 
   def generate(self, condition=None):
     """``{path: tensor}`` for condition vectors ``None``, ``[d]`` or ``[S, d]``."""
-    flat = self.flat_weights(condition=condition)
-    if self._order == list(range(len(self.paths))):
-      return self.split(flat)
-    parts = dict(zip(self._order, tf.split(flat, [self.sizes[i] for i in self._order], -1)))
-    return self.split(tf.concat([parts[i] for i in range(len(self.paths))], -1))
+    return self.split(self.flat_weights(condition=condition))
