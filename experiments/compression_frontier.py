@@ -44,21 +44,6 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_OUT = flags.DEFINE_string("out", None, "Output folder (table, plot, run workdirs).",
-                           required=True)
-_DATA_DIR = flags.DEFINE_string("data_dir", "../shared/data/fashion-mnist",
-                                "Fashion-MNIST IDX folder (config.data.data_dir).")
-_PRESET = flags.DEFINE_enum("preset", "full", ["full", "smoke"],
-                            "full: every point of POINTS; smoke: one point per kind, "
-                            "40 steps (tests).")
-_STEPS = flags.DEFINE_integer("steps", None, "Training steps of every run (default 3000 "
-                              "for full, 40 for smoke).")
-_LR = flags.DEFINE_float("lr", 3e-3, "Adam learning rate of every run (direct included).")
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds of every point.")
-_KEY_SEEDS = flags.DEFINE_list("key_seeds", ["0", "1", "2"],
-                               "Seeds of the key points (direct training and the points "
-                               "marked key); they get error bars.")
-
 # (kind, name, config, overrides, key point). Sizes in comments: trainable hypernetwork
 # parameters and compression for the fmnist_plain target.
 POINTS = [
@@ -243,17 +228,39 @@ def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
   return paths
 
 
+def _define_flags():
+  """Command-line flags (defined only when run as a script, so that tests can import this
+  module beside experiments/digits_sweep.py and hypernet.evaluate, whose flags share
+  names)."""
+  flags.DEFINE_string("out", None, "Output folder (table, plot, run workdirs).",
+                      required=True)
+  flags.DEFINE_string("data_dir", "../shared/data/fashion-mnist",
+                      "Fashion-MNIST IDX folder (config.data.data_dir).")
+  flags.DEFINE_enum("preset", "full", ["full", "smoke"],
+                              "full: every point of POINTS; smoke: one point per kind, "
+                              "40 steps (tests).")
+  flags.DEFINE_integer("steps", None, "Training steps of every run (default 3000 "
+                                "for full, 40 for smoke).")
+  flags.DEFINE_float("lr", 3e-3, "Adam learning rate of every run (direct included).")
+  flags.DEFINE_list("seeds", ["0"], "Seeds of every point.")
+  flags.DEFINE_list("key_seeds", ["0", "1", "2"],
+                                 "Seeds of the key points (direct training and the points "
+                                 "marked key); they get error bars.")
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
-  os.makedirs(_OUT.value, exist_ok=True)
-  rows = run_frontier(_OUT.value, _DATA_DIR.value, _PRESET.value, _STEPS.value, _LR.value,
-                      [int(s) for s in _SEEDS.value], [int(s) for s in _KEY_SEEDS.value])
-  paths = write_outputs(rows, _OUT.value)
+  f = flags.FLAGS
+  os.makedirs(f.out, exist_ok=True)
+  rows = run_frontier(f.out, f.data_dir, f.preset, f.steps, f.lr, [int(s) for s in f.seeds],
+                      [int(s) for s in f.key_seeds])
+  paths = write_outputs(rows, f.out)
   print(markdown_table(rows))
   print("\n".join(f"wrote {p}" for p in paths.values()))
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
