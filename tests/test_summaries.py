@@ -214,7 +214,7 @@ def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
                             "STATUS_RUNNING"], "colParams": []})["sessionGroups"]
     assert len(groups) == 1
     assert groups[0]["hparams"]["hypernet.kind"] == "chunked"
-    assert groups[0]["hparams"]["optim.lr"] == pytest.approx(1e-3)
+    assert groups[0]["hparams"]["optim.lr"] == pytest.approx(digits_hyper.get_config().optim.lr)
     values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
     assert values["final/accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
     assert values["params/trainable"] == result["params/trainable"]
