@@ -13,4 +13,6 @@ def get_config():
   c.multitask.label_shift = True   # task t relabels class y as (y + t) mod 10
   c.hypernet.num_conditions = 4
   c.hypernet.condition_dim = 8
+  c.hypernet.hidden = (64,)
+  c.optim.lr = 1e-3            # its own setting (digits_hyper's chunked network uses 5e-3)
   return c

