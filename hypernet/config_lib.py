@@ -226,7 +226,8 @@ _HYPERNET_KIND_FIELDS = {
     "static": ("z_dim", "static_hidden_dim", "slice_channels"),
 }
 _MODEL_FIELDS = {
-    "cnn": ("conv_widths", "kernel_size", "pool", "dense_widths", "batch_norm", "dropout"),
+    "cnn": ("conv_widths", "kernel_size", "pool", "dense_widths", "batch_norm", "dropout",
+            "kernel_l2"),
     "mobilenet_v2": ("alpha", "image_size", "bn_momentum"),
     "conv4": ("conv_widths",),
 }
@@ -248,6 +249,14 @@ def _field_used(config, field: str) -> bool:
     return name != "mlp_widths" and (name != "anil_head" or config.meta.learner == "anil")
   if group == "multitask":
     return config.task == "multitask_classification"
+  if group == "continual":
+    if config.task != "continual":
+      return False
+    method = config.continual.method
+    return {"beta": method == "hnet", "past_tasks_per_step": method == "hnet",
+            "lookahead": method == "hnet", "classes_per_task": config.continual.benchmark == "split",
+            "ewc_lambda": method == "ewc", "ewc_gamma": method == "ewc",
+            "fisher_samples": method == "ewc"}.get(name, True)
   if group == "data":
     if config.task == "sinusoid":
       return False

@@ -72,14 +72,16 @@ def test_depthwise_kernel_named_dw_gets_the_depthwise_variance():
   spec = functional.weight_spec(target)
   assert spec.roles["dw/kernel"].fan_in == 9
   hnet = ChunkedHypernetwork(spec, chunk_size=128, chunk_emb_dim=8, hidden=(16,))
-  std = float(np.std(hnet()["dw/kernel"].numpy()))
-  assert std == pytest.approx(np.sqrt(2 / 9), rel=0.1)
+  # Variance within the spread measured over hypernetwork seeds (tests/test_targets.py:
+  # 0.7-1.4 of the intended one); by name it was 0.018 of it.
+  var = float(np.var(hnet()["dw/kernel"].numpy()))
+  assert 0.7 < var / (2 / 9) < 1.4, var
   # A hand-written spec (no layer information) is read as a Dense/Conv kernel by shape.
   assert hinit.fans("dw/kernel", (3, 3, 64, 1)) == (576, 9)
   plain = {p: tf.TensorSpec(s.shape, s.dtype) for p, s in spec.items()}
-  std_plain = float(np.std(ChunkedHypernetwork(plain, chunk_size=128, chunk_emb_dim=8,
+  var_plain = float(np.var(ChunkedHypernetwork(plain, chunk_size=128, chunk_emb_dim=8,
                                                hidden=(16,))()["dw/kernel"].numpy()))
-  assert std_plain == pytest.approx(np.sqrt(2 / 576), rel=0.1)
+  assert 0.7 < var_plain / (2 / 576) < 1.4, var_plain
 
 
 def test_transposed_conv_and_embedding_statistics():
