@@ -17,7 +17,6 @@ only first derivatives are taken: there the exact moments are not used at all). 
 """
 import argparse
 import contextlib
-import importlib.util
 import os
 import statistics
 import sys
@@ -33,10 +32,8 @@ SUBSET = "images_background_small1.zip,images_background_small2.zip"
 
 def _config(name, data_dir, overrides):
   base = "digits_hyper" if name == "digits_bn" else name
-  spec = importlib.util.spec_from_file_location(base, os.path.join(REPO, "configs", base + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", base + ".py"))
   if name == "digits_bn":                 # the main job's target with BatchNorm layers
     config.model.batch_norm = True
     config.hypernet.targets = "conv*/*,bn*/*,dense*/*,head/*"

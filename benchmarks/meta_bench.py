@@ -60,11 +60,8 @@ def _peak_mb() -> float:
 
 
 def _load_config(path):
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location("bench_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.load_config_file(path)
 
 
 def _set(config, assignment):

@@ -17,7 +17,6 @@ config's chunked hypernetwork; chunk settings from the config unless ``--chunk_s
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import tempfile
 from typing import Dict
@@ -26,6 +25,8 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,10 +46,7 @@ KINDS = {"direct": "none", "chunked": "chunked"}
 
 def load_config(name: str):
   """``configs/<name>.py:get_config()``."""
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
 
 
 def _layer_weights(trainer) -> Dict[str, np.ndarray]:

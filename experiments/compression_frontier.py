@@ -31,7 +31,6 @@ Needs matplotlib (``pip install -e ".[plots]"``).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -41,6 +40,8 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,10 +91,7 @@ DEFAULT_STEPS = {"full": 3000, "smoke": 40}
 
 def load_config(name: str):
   """``configs/<name>.py:get_config()``."""
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
 
 
 def run_overrides(overrides: Mapping, steps: int, seed: int, lr: float,

@@ -331,25 +331,38 @@ def config_from_dict(values: Dict[str, Any]):
   return config
 
 
-def sibling_config(config_file: str, name: str):
-  """``get_config()`` of ``configs/<name>.py`` beside ``config_file`` (a config's ``__file__``).
-
-  Lets a variant config start from the one it varies (``omniglot_fomaml`` from
-  ``omniglot_maml``) whatever the working directory, since config files are loaded by
-  path, not as a package.
+def load_config_file(path: str):
+  """``get_config()`` of the config file at ``path`` (configs are loaded by path, not as
+  a package, so any working directory works).
 
   Raises:
-    FileNotFoundError: no ``<name>.py`` beside ``config_file``.
+    FileNotFoundError: no file at ``path``.
   """
   import importlib.util  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
-  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
   if not os.path.exists(path):
-    raise FileNotFoundError(f"{config_file} builds on {path}, which does not exist.")
+    raise FileNotFoundError(f"No config file {path}.")
+  name = os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(f"hypernet_config_{name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
+
+
+def sibling_config(config_file: str, name: str):
+  """``get_config()`` of ``configs/<name>.py`` beside ``config_file`` (a config's ``__file__``).
+
+  Lets a variant config start from the one it varies (``omniglot_fomaml`` from
+  ``omniglot_maml``) whatever the working directory.
+
+  Raises:
+    FileNotFoundError: no ``<name>.py`` beside ``config_file``.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f"{name}.py")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{config_file} builds on {path}, which does not exist.")
+  return load_config_file(path)
 
 
 def base_config():

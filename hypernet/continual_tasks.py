@@ -112,7 +112,6 @@ class ContinualTask:
       self.tasks = cl_data.permuted_tasks(base, T, config.seed)
     if cc.eval_examples_per_task:
       n = int(cc.eval_examples_per_task)
-      self.eval_tasks = [copy.copy(d) for d in self.tasks]
       self.eval_tasks = [type(d)(name=d.name, x_train=d.x_train[:1], y_train=d.y_train[:1],
                                  x_test=d.x_test[:n], y_test=d.y_test[:n],
                                  num_classes=d.num_classes, pixel_scale=d.pixel_scale)

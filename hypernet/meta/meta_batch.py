@@ -96,6 +96,23 @@ def _check_batch(batch: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   return out
 
 
+
+def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, query_training,
+                   before_metrics: bool, accuracy: bool, dtype) -> Dict[str, tf.Tensor]:
+  """One task's query metrics in ``dtype``: ``query_loss_after`` (the loss already
+  computed, not again), ``query_accuracy_after`` for classification, and with
+  ``before_metrics`` the same at the initial weights (one more forward pass, no gradient)."""
+  result = {"query_loss_after": loss_after}
+  if accuracy:
+    result["query_accuracy_after"] = losses.sparse_accuracy(qy, out_after)
+  if before_metrics:
+    out = tf.stop_gradient(functional.functional_call(
+        model, init, qx, training=query_training, state=state))
+    result["query_loss_before"] = loss_fn(qy, out)
+    if accuracy:
+      result["query_accuracy_before"] = losses.sparse_accuracy(qy, out)
+  return {k: tf.cast(v, dtype) for k, v in result.items()}
+
 def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
                     weights: Optional[Weights] = None, state: Optional[Weights] = None,
                     parallel: str = "map_fn", query_training: Optional[bool] = True,
@@ -156,16 +173,8 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
     out_after, task_state = functional.functional_call(
         model, fast, qx, training=query_training, return_state=True, state=task_state)
-    outputs = {"after": out_after}
-    if before_metrics:
-      outputs["before"] = tf.stop_gradient(functional.functional_call(
-          model, init, qx, training=query_training, state=state))
-    result = {}
-    for when, out in outputs.items():
-      result[f"query_loss_{when}"] = loss_fn(qy, out)
-      if accuracy:
-        result[f"query_accuracy_{when}"] = losses.sparse_accuracy(qy, out)
-    result = {k: tf.cast(result[k], loss_dtype) for k in metric_names}
+    result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_fn(qy, out_after), init,
+                            state, query_training, before_metrics, accuracy, loss_dtype)
     return result, {p: task_state[p] for p in state}
 
   elems = tuple(batch[k] for k in BATCH_KEYS)
@@ -298,16 +307,8 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     grads = [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
              for s, g in zip(sources, grads)]
     grads = [tf.cast(g, s.dtype) for s, g in zip(sources, grads)]
-    outputs = {"after": out_after}
-    if before_metrics:
-      outputs["before"] = tf.stop_gradient(functional.functional_call(
-          model, init, qx, training=query_training, state=state))
-    result = {}
-    for when, out in outputs.items():
-      result[f"query_loss_{when}"] = tf.stop_gradient(loss_fn(qy, out))
-      if accuracy:
-        result[f"query_accuracy_{when}"] = losses.sparse_accuracy(qy, out)
-    result = {k: tf.cast(result[k], loss.dtype) for k in metric_names}
+    result = _query_metrics(model, loss_fn, qx, qy, out_after, tf.stop_gradient(loss), init,
+                            state, query_training, before_metrics, accuracy, loss.dtype)
     return grads, result, {p: task_state[p] for p in state}
 
   # Per-task metrics in the weights' dtype (float64 models give float64 losses).
