@@ -59,9 +59,9 @@ import tensorflow as tf
 
 from hypernet import models, sources
 from hypernet.data import episodes, sinusoid
-from hypernet.meta import anil, conv4, inner_loop, meta_batch
+from hypernet.meta import anil, conv4, inner_loop, meta_batch, support_hypernet
 
-LEARNERS = ("maml", "fomaml", "metasgd", "anil")
+LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet")
 TASKS = ("few_shot", "sinusoid")
 _CLASSIFICATION_LOSS = "sparse_softmax_cross_entropy"
 
@@ -231,7 +231,11 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
 
   ``"maml"`` (second order), ``"fomaml"`` (first order), ``"metasgd"`` (learned
   per-parameter inner learning rates, second order), ``"anil"`` (head only, second
-  order); ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` from ``config.meta``.
+  order), ``"support_hypernet"`` (the head generated from the support set's class
+  prototypes, then ``inner_steps`` >= 0 SGD steps on it, second order unless
+  ``config.meta.first_order``; :class:`hypernet.meta.support_hypernet.SupportHypernetwork`);
+  ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` / ``generator_widths`` /
+  ``generator_scale`` from ``config.meta``.
 
   Raises:
     ValueError: an unknown learner (lists the known ones), or the learner's own errors.
@@ -247,6 +251,11 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
     return inner_loop.MetaSGD(target, loss, adapt=adapt, **kwargs)
   if mc.learner == "anil":
     return anil.ANIL(target, loss, head=str(mc.anil_head), **kwargs)
+  if mc.learner == "support_hypernet":
+    return support_hypernet.SupportHypernetwork(
+        target, loss, head=str(mc.anil_head), generator_widths=tuple(mc.generator_widths),
+        scale=float(mc.generator_scale), first_order=bool(mc.first_order),
+        seed=int(config.seed), **kwargs)
   raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
 
 
@@ -280,8 +289,10 @@ class MetaLearningTask:
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
                  "eval_episodes", "parallel_iterations"):
       value = mc[name]
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config.meta.{name} must be an int >= 1, got {value!r}.")
+      # The support-conditioned hypernetwork may skip the inner loop (inner_steps=0).
+      least = 0 if name == "inner_steps" and mc.learner == "support_hypernet" else 1
+      if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
     if mc.parallel not in meta_batch.STRATEGIES:
       raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
                        f"{list(meta_batch.STRATEGIES)}.")
@@ -364,7 +375,12 @@ class MetaLearningTask:
   # -- the loop's interface -----------------------------------------------------------
   @property
   def trainable_variables(self):
-    seen, out = set(), []
+    # Target weights the learner generates itself (the support-conditioned head) are
+    # not trained.
+    from hypernet import functional  # pylint: disable=g-import-not-at-top
+    target_vars = functional.variable_paths(self.target)
+    seen = {id(target_vars[p]) for p in getattr(self.learner, "generated_paths", ())}
+    out = []
     for v in list(self.source.trainable_variables) + list(self.learner.trainable_variables):
       if id(v) not in seen:
         seen.add(id(v))
