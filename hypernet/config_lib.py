@@ -245,7 +245,8 @@ def _field_used(config, field: str) -> bool:
     if not meta:
       return False
     if config.task == "sinusoid":
-      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries")
+      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries",
+                          "within_alphabet")
     if name in ("generator_widths", "generator_scale", "first_order"):
       return config.meta.learner == "support_hypernet"
     return name != "mlp_widths" and (
@@ -475,6 +476,8 @@ def base_config():
   c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
   c.meta.eval_seed = 12345     # seed of those tasks
   c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs
+  c.meta.within_alphabet = False  # Omniglot meta-training episodes from one alphabet (and
+  # rotation), as the official one-shot runs are (Lake et al. 2015)
   # Meta-batch strategy: accumulate (a while loop over tasks, each task's meta-gradient
   # taken in its iteration and summed: memory of one task) | map_fn | vectorized_map
   # (one tape over all tasks; hypernet/meta/meta_batch.py).

@@ -155,8 +155,10 @@ def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
   return _with_options(ds.batch(t).prefetch(tf.data.AUTOTUNE))
 
 
-def _load_few_shot_data(config) -> Tuple[episodes.ClassIndexed, episodes.ClassIndexed]:
-  """(meta-train, meta-test) class-indexed images from ``config.data``."""
+def _load_few_shot_data(config):
+  """(meta-train, meta-test) class-indexed images from ``config.data``, and the
+  meta-train classes' group ids for within-alphabet episodes (Omniglot: alphabet and
+  rotation, :func:`hypernet.data.omniglot.alphabet_groups`; ``None`` otherwise)."""
   dc = config.data
   if dc.name == "omniglot":
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
@@ -169,13 +171,14 @@ def _load_few_shot_data(config) -> Tuple[episodes.ClassIndexed, episodes.ClassIn
         zips, dc.split_seed, data_dir=folder, num_test_characters=dc.num_test_characters,
         rotations=tuple(dc.rotations) or None, image_size=dc.image_size)
     return (episodes.class_indexed(train.images, train.labels),
-            episodes.class_indexed(test.images, test.labels))
+            episodes.class_indexed(test.images, test.labels),
+            omniglot.alphabet_groups(train.class_names))
   if dc.name in ("digits", "fashion_mnist", "mnist"):
     from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
     d = data_lib.load_classification(dc)
     scale = np.float32(d.pixel_scale)
     return (episodes.class_indexed(d.x_train.astype(np.float32) * scale, d.y_train),
-            episodes.class_indexed(d.x_test.astype(np.float32) * scale, d.y_test))
+            episodes.class_indexed(d.x_test.astype(np.float32) * scale, d.y_test), None)
   raise ValueError(f"config.data.name={dc.name!r} cannot be used for config.task='few_shot'; "
                    "use 'omniglot', 'digits', 'fashion_mnist' or 'mnist'.")
 
@@ -271,7 +274,9 @@ class MetaLearningTask:
   Args:
     config: the experiment config (``config.task`` in :data:`TASKS`).
     data: optional ``(train, test)`` :class:`~hypernet.data.episodes.ClassIndexed` to use
-      instead of loading ``config.data`` (few-shot only; tests, benchmarks).
+      instead of loading ``config.data`` (few-shot only; tests, benchmarks), optionally
+      with a third element: the train classes' group ids for
+      ``config.meta.within_alphabet``.
     runs: optional list of :class:`~hypernet.data.omniglot.OneShotRun` to use instead of
       loading ``config.meta.one_shot_runs``.
 
@@ -301,14 +306,23 @@ class MetaLearningTask:
     self.classification = config.task == "few_shot"
     self.runs = []
     if self.classification:
-      self.train_data, self.test_data = data if data is not None else \
-          _load_few_shot_data(config)
+      groups = None
+      if data is not None:
+        self.train_data, self.test_data = data[:2]
+        groups = data[2] if len(data) > 2 else None
+      else:
+        self.train_data, self.test_data, groups = _load_few_shot_data(config)
+      if mc.within_alphabet and groups is None:
+        raise ValueError(
+            "config.meta.within_alphabet=True needs class groups (alphabets): use "
+            f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
       image_shape = self.train_data.images.shape[1:]
       self.target = make_meta_target(config, image_shape, mc.num_ways)
       loss = _CLASSIFICATION_LOSS
       kwargs = dict(num_ways=mc.num_ways, num_shots=mc.num_shots)
       self._train_fn = episodes.make_episode_fn(
-          self.train_data, num_queries=mc.num_queries, seed=config.seed, **kwargs)
+          self.train_data, num_queries=mc.num_queries, seed=config.seed,
+          class_groups=groups if mc.within_alphabet else None, **kwargs)
       self._eval_fn = episodes.make_episode_fn(
           self.test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
       if runs is not None or mc.one_shot_runs:
