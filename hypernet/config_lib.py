@@ -465,6 +465,8 @@ def base_config():
   c.meta.inner_lr = 0.4
   c.meta.inner_steps = 1
   c.meta.eval_inner_steps = 0  # inner steps at meta-test time; 0: inner_steps
+  c.meta.eval_steps_sweep = ()  # also evaluate after each of these inner step counts
+  # (metrics loss_steps_K, accuracy_steps_K with their _ci95), e.g. (1, 5, 10)
   c.meta.adapt = ""            # patterns of adapted weights ("": all trainable)
   c.meta.anil_head = "head/*"  # ANIL: the adapted head (support_hypernet: the generated one)
   # support_hypernet (hypernet/meta/support_hypernet.py): hidden ReLU widths of the

@@ -303,6 +303,11 @@ class MetaLearningTask:
                        f"{list(meta_batch.STRATEGIES)}.")
     self.train_before_metrics = bool(mc.get("train_before_metrics", False))
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
+    self.eval_steps_sweep = tuple(int(k) for k in mc.eval_steps_sweep)
+    least = 0 if mc.learner == "support_hypernet" else 1
+    if any(k < least for k in self.eval_steps_sweep):
+      raise ValueError(f"config.meta.eval_steps_sweep={tuple(mc.eval_steps_sweep)}: inner "
+                       f"step counts must be >= {least}.")
     self.classification = config.task == "few_shot"
     self.runs = []
     if self.classification:
@@ -487,17 +492,24 @@ class MetaLearningTask:
   def eval_sums(self, batch):
     """Metric sums over the batch's real tasks: ``loss``, ``loss_before`` (and
     ``accuracy``, ``accuracy_before``), sums of squares ``accuracy_sq`` (``loss_sq`` for
-    sinusoids) for the 95% interval, and ``one_shot_error`` over the official runs."""
-    learner = self.learner
-    steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
-    try:  # Python attribute read while tracing: the eval graph has eval_inner_steps.
-      result = self._meta_batch(batch)
-    finally:
-      learner.inner_steps = steps
+    sinusoids) for the 95% interval, ``one_shot_error`` over the official runs, and for
+    each ``k`` of ``config.meta.eval_steps_sweep`` the same tasks after ``k`` inner
+    steps: ``loss_steps_k`` (``accuracy_steps_k``) with ``_sq`` companions (Finn et al.
+    2017, Fig. 3: MSE after 1..10 steps)."""
+    result = self._adapted_meta_batch(batch, self.eval_inner_steps)
     pt = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
     w, rw = batch["weight"], batch["extra_weight"]
     n = tf.reduce_sum(w)
     total = lambda x, weight=w: tf.reduce_sum(weight * x)
+    sweep = {}
+    for k in self.eval_steps_sweep:  # The same tasks adapted with k inner steps.
+      sweep_pt = pt if k == self.eval_inner_steps else {
+          name: tf.cast(v, tf.float32) for name, v in
+          self._adapted_meta_batch(batch, k, before_metrics=False).per_task.items()}
+      for name in ("loss", "accuracy") if self.classification else ("loss",):
+        value = sweep_pt[f"query_{name}_after"]
+        sweep[f"{name}_steps_{k}"] = (total(value), n)
+        sweep[f"{name}_steps_{k}_sq"] = (total(tf.square(value)), n)
     sums = {"loss": (total(pt["query_loss_after"]), n),
             "loss_before": (total(pt["query_loss_before"]), n)}
     if self.classification:
@@ -508,7 +520,17 @@ class MetaLearningTask:
         sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
     else:
       sums["loss_sq"] = (total(tf.square(pt["query_loss_after"])), n)
+    sums.update(sweep)
     return sums
+
+  def _adapted_meta_batch(self, batch, inner_steps: int, before_metrics: bool = True):
+    """:meth:`_meta_batch` with the learner's ``inner_steps`` set while tracing."""
+    learner = self.learner
+    steps, learner.inner_steps = learner.inner_steps, inner_steps
+    try:  # Python attribute read while tracing: the graph has ``inner_steps`` steps.
+      return self._meta_batch(batch, before_metrics=before_metrics)
+    finally:
+      learner.inner_steps = steps
 
   def apply_state(self, state):
     if state:
