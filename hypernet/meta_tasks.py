@@ -538,11 +538,15 @@ class MetaLearningTask:
       functional.assign_state(self.target, state)
 
   def describe(self) -> Dict[str, float]:
-    """Parameter counts (of the weight source, plus Meta-SGD's inner learning rates)."""
+    """Parameter counts: ``trainable`` (everything the outer optimiser trains), those of
+    the weight source, Meta-SGD's ``inner_lrs``, the support-conditioned ``generator``."""
     counts = dict(self.source.parameter_counts())
-    rates = sum(int(np.prod(v.shape)) for v in getattr(self.learner, "inner_lrs", {}).values())
-    counts["trainable"] = counts.get("trainable", 0) + rates
+    size = lambda variables: sum(int(np.prod(v.shape)) for v in variables)
+    rates = size(getattr(self.learner, "inner_lrs", {}).values())
+    counts["trainable"] = size(self.trainable_variables)
     counts["inner_lrs"] = rates
+    if hasattr(self.learner, "generator"):  # The support-conditioned hypernetwork.
+      counts["generator"] = size(self.learner.trainable_variables)
     return counts
 
   # -- evaluation outside the loop ----------------------------------------------------

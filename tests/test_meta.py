@@ -131,7 +131,7 @@ def central_fd(f, variables, eps=1e-6):
   (float64) variable: ``(f(v + eps e_i) - f(v - eps e_i)) / (2 eps)``."""
   grads = []
   for v in variables:
-    base = v.numpy().copy()
+    base = np.array(v.numpy())  # 0-d for scalar variables
     g = np.zeros_like(base)
     for i in np.ndindex(base.shape):
       for sign in (1, -1):
