@@ -249,8 +249,11 @@ def _field_used(config, field: str) -> bool:
                           "within_alphabet")
     if name in ("generator_widths", "generator_scale", "first_order"):
       return config.meta.learner == "support_hypernet"
+    if name == "zero_init_head":
+      return config.meta.learner != "support_hypernet"
     return name != "mlp_widths" and (
-        name != "anil_head" or config.meta.learner in ("anil", "support_hypernet"))
+        name != "anil_head" or config.meta.learner in ("anil", "support_hypernet")
+        or config.meta.zero_init_head)
   if group == "multitask":
     return config.task == "multitask_classification"
   if group == "continual":
@@ -469,6 +472,8 @@ def base_config():
   # (metrics loss_steps_K, accuracy_steps_K with their _ci95), e.g. (1, 5, 10)
   c.meta.adapt = ""            # patterns of adapted weights ("": all trainable)
   c.meta.anil_head = "head/*"  # ANIL: the adapted head (support_hypernet: the generated one)
+  c.meta.zero_init_head = False  # maml/fomaml/metasgd/anil: the head (anil_head) starts
+  # every task at zero, not meta-learned (Kao et al. 2022's zeroing trick)
   # support_hypernet (hypernet/meta/support_hypernet.py): hidden ReLU widths of the
   # hypernetwork from class prototypes to head rows, initial logit scale (2: Prototypical
   # Networks), first-order inner steps on the generated head (meta.inner_steps >= 0).

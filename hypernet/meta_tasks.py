@@ -238,13 +238,16 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   prototypes, then ``inner_steps`` >= 0 SGD steps on it, second order unless
   ``config.meta.first_order``; :class:`hypernet.meta.support_hypernet.SupportHypernetwork`);
   ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` / ``generator_widths`` /
-  ``generator_scale`` from ``config.meta``.
+  ``generator_scale`` from ``config.meta``; ``config.meta.zero_init_head``: the head
+  (``anil_head`` patterns) starts every task at zero (Kao et al. 2022's zeroing trick).
 
   Raises:
     ValueError: an unknown learner (lists the known ones), or the learner's own errors.
   """
   mc = config.meta
   kwargs = dict(inner_lr=float(mc.inner_lr), inner_steps=int(mc.inner_steps))
+  if mc.zero_init_head and mc.learner != "support_hypernet":
+    kwargs["zero_init"] = str(mc.anil_head)
   adapt = str(mc.adapt) or None
   if mc.learner == "maml":
     return inner_loop.MAML(target, loss, adapt=adapt, **kwargs)
@@ -394,11 +397,11 @@ class MetaLearningTask:
   # -- the loop's interface -----------------------------------------------------------
   @property
   def trainable_variables(self):
-    # Target weights the learner generates itself (the support-conditioned head) are
-    # not trained.
+    # Target weights the learner never reads (a generated or zero-initialised head)
+    # are not trained.
     from hypernet import functional  # pylint: disable=g-import-not-at-top
     target_vars = functional.variable_paths(self.target)
-    seen = {id(target_vars[p]) for p in getattr(self.learner, "generated_paths", ())}
+    seen = {id(target_vars[p]) for p in self.learner.untrained_paths}
     out = []
     for v in list(self.source.trainable_variables) + list(self.learner.trainable_variables):
       if id(v) not in seen:

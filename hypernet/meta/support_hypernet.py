@@ -115,6 +115,11 @@ class SupportHypernetwork(anil.ANIL):
           tf.Variable(tf.zeros([dim + 1], dtype), name="phi_out_bias")))
       self.log_scale = tf.Variable(tf.constant(math.log(scale), dtype), name="log_scale")
 
+  @property
+  def untrained_paths(self):
+    """The generated head's paths: their variables are never read (not meta-trained)."""
+    return list(self.generated_paths)
+
   def generate_head(self, features: tf.Tensor, labels: tf.Tensor) -> Weights:
     """The head generated from support features (module doc, equations).
 
