@@ -31,13 +31,13 @@ the train loop run it unchanged (``config.meta.learner = "support_hypernet"``).
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Sequence
 
 import keras
 import tensorflow as tf
 
 from hypernet import functional
-from hypernet.meta import anil, inner_loop
+from hypernet.meta import anil
 
 Weights = Dict[str, tf.Tensor]
 
@@ -148,33 +148,8 @@ class SupportHypernetwork(anil.ANIL):
     scale = tf.exp(self.log_scale)
     return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: scale * bias}
 
-  def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
-            state: Optional[Weights] = None) -> Tuple[Weights, Weights]:
-    """Generates the head from the support set, then ``inner_steps`` SGD steps on it.
-
-    Args, returns: as :meth:`hypernet.meta.inner_loop.MAML.adapt` (``support_y`` int
-    class ids ``[N*K]``). The given / variable head weights are replaced by the
-    generated ones; the body's weights pass through unchanged.
-    """
-    init = self.initial_weights(weights)
-    state = dict(state or {})
-
-    def sub(mapping, paths):
-      return {s: mapping[f] for s, f in paths.items() if f in mapping}
-
-    features, body_state = functional.functional_call(
-        self._body, sub(init, self._body_paths), support_x, training=self.inner_training,
-        return_state=True, state=sub(state, self._body_paths))
-    fast = dict(init)
-    fast.update(self.generate_head(features, support_y))
-    new_state = dict(state)
-    new_state.update({self._body_paths[s]: t for s, t in body_state.items()})
-    if self.inner_steps:
-      head_fast, head_state = inner_loop.inner_sgd(
-          self._head, self.loss_fn, sub(fast, self._head_paths), self._head_adapted,
-          features, support_y, inner_lr=self.inner_lr,
-          inner_steps=self.inner_steps, first_order=self.first_order,
-          training=self.inner_training, state=sub(state, self._head_paths))
-      fast.update({self._head_paths[s]: t for s, t in head_fast.items()})
-      new_state.update({self._head_paths[s]: t for s, t in head_state.items()})
-    return fast, new_state
+  def _initial_head(self, init, features, support_y) -> Weights:
+    """The generated head (:meth:`generate_head`): what ANIL's inner steps start from
+    (``inner_steps`` may be 0: then it is the head used on the query set)."""
+    del init
+    return self.generate_head(features, support_y)
