@@ -114,11 +114,17 @@ def main():
   parser.add_argument("--root", default="/tmp/hypernet/continual", help="workdirs go here")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+  parser.add_argument("--methods", default=",".join(METHODS),
+                      help="methods to run (the others' finished runs are still read)")
   parser.add_argument("--no-run", dest="run", action="store_false",
                       help="only read finished runs")
   parser.add_argument("--out", default=os.path.join(REPO, "experiments"))
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(",")]
+  methods = args.methods.split(",")
+  unknown = sorted(set(methods) - set(METHODS))
+  if unknown:
+    parser.error(f"--methods: unknown {unknown}; known: {list(METHODS)}")
   results = {}
   for bench in args.benchmarks.split(","):
     for method in METHODS:
@@ -126,7 +132,7 @@ def main():
       runs = []
       for seed in seeds:
         path = os.path.join(args.root, f"{name}_s{seed}", "final_metrics.json")
-        if args.run or os.path.exists(path):
+        if (args.run and method in methods) or os.path.exists(path):
           runs.append(run(name, seed, args.root, args.data_dir))
       if runs:
         results[(bench, method)] = runs
