@@ -15,17 +15,32 @@ def get_config():
   c = config_lib.sibling_config(__file__, "split_fmnist_hnet")
   c.continual.benchmark = "permuted"
   c.continual.num_tasks = 10
-  c.continual.steps_per_task = 600
+  # Paper-like budget (von Oswald et al.: 5000 iterations per task, batch 128) within the
+  # 20-minute wall-time limit on 2 busy cores; the baselines inherit it.
+  c.continual.steps_per_task = 2000
   c.continual.past_tasks_per_step = 0
   c.continual.eval_examples_per_task = 2000
-  c.num_steps = 6000
-  # Target MLP 784-100-100-10 (89,610 weights); hypernetwork 1000-wide chunks from a
-  # 50-unit generator: fewer trainable parameters than one target.
+  c.num_steps = 20000            # num_tasks * steps_per_task
+  # Target MLP 784-100-100-10 (89,610 weights); hypernetwork: 1000-wide chunks from a
+  # two-layer generator (100, 50) fed [32-d chunk embedding; 64-d task embedding] (the
+  # paper's small-capacity PermutedMNIST setting is deeper, 100-75-50, with 64-d task
+  # embeddings): 68,822 + 64 * 7 = 69,270 trainable parameters with 10 task embeddings,
+  # fewer than one target (1.29x compression).
   c.hypernet.chunk_size = 1000
-  c.hypernet.hidden = (50,)
-  # Measured on seed 0 (final / during accuracy, forgetting; CL1): lr 1e-3, beta 0.05:
-  # 65.2 / 71.5 / 6.3; lr 1e-3, beta 1: 64.3 / 66.6 / 2.4; lr 3e-3, beta 0.05 (these
-  # settings): 67.8 / 70.7 / 2.9; lr 3e-3, beta 0.5: 64.9 / 66.7 / 1.8. The compressed
-  # hypernetwork underfits each permutation (online EWC: 75.5 during).
+  c.hypernet.hidden = (100, 50)
+  c.hypernet.condition_dim = 64
+  c.continual.beta = 0.2
   c.optim.lr = 3e-3
+  # Measured on tasks 0-2 of seed 0 (--config.continual.num_tasks=3; final / during / forgetting, CL1):
+  #   600 steps/task, hidden (50,), cond 32, beta 0.05:   73.20 / 73.65 / 0.45
+  #   ... lr 1e-3:                                        73.37 / 73.95 / 0.58
+  #   ... chunk 200, hidden (200,) (1.32x):               51.32 / 52.90 / 1.58
+  #   2000 steps/task, hidden (50,), beta 0.05:           79.32 / 79.42 / 0.10 (diagonal 82.6, 79.7, 75.9)
+  #   ... lr 1e-3:                                        78.67 / 78.93 / 0.27
+  #   2000 steps, hidden (100, 50), cond 64, beta 0.05:   80.12 / 81.68 / 1.57
+  #   ... beta 0.2 (these settings):                      80.55 / 80.27 / -0.28
+  # Online EWC, 2000 steps: lambda 1e4 81.02 / 85.80 / 4.78; 1e5 80.92 / 86.75 / 5.83.
+  # All 10 tasks, seed 0 (experiments/RESULTS_continual.md): these settings 75.41 / 78.36 /
+  # 2.95 (927 s on 2 busy cores); beta 1.0: 72.84 / 75.61 / 2.77 (the output regulariser's
+  # strength barely moves the forgetting: target of the issue, <= 1, not met).
   return c

@@ -7,8 +7,8 @@ ewc,independent}.py`` for the given seeds with ``python -m hypernet.train``, eac
 * the table printed (copied into ``experiments/RESULTS_continual.md``): per benchmark and method, mean final accuracy,
   mean during-training accuracy and forgetting (CL1 and CL3; mean +- std over seeds),
   compression ratio, wall time;
-* ``experiments/continual_matrices.png``: the CL1 accuracy matrices (row: after task t,
-  column: task k) of each method on each benchmark, seed 0.
+* ``experiments/continual_matrices_<benchmark>.png``: the CL1 accuracy matrices (row:
+  after task t, column: task k) of each method, first seed, one figure per benchmark run.
 
     python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
         --root=/tmp/hypernet/continual --seeds=0,1,2
@@ -76,35 +76,45 @@ def table(results: dict, seeds) -> str:
   return "\n".join(lines)
 
 
-def heatmaps(results: dict, path: str) -> None:
+def heatmaps(results: dict, out_dir: str) -> list:
+  """Writes ``continual_matrices_<benchmark>.png`` in ``out_dir`` for each benchmark in
+  ``results``: one panel per method, the CL1 accuracy matrix of its first seed (rows:
+  after learning task t; columns: task evaluated; colour scale 50-100%). Returns the
+  paths written."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  panels = [(b, m) for b in BENCHMARKS for m in METHODS if results.get((b, m))]
-  cols = len(METHODS)
-  rows = len({b for b, _ in panels})
-  fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.1 * rows), dpi=110,
-                           squeeze=False)
-  for ax in axes.ravel():
-    ax.axis("off")
-  bench_row = {b: i for i, b in enumerate(sorted({b for b, _ in panels}, key=BENCHMARKS.index))}
-  for bench, method in panels:
-    ax = axes[bench_row[bench], METHODS.index(method)]
-    ax.axis("on")
-    matrix = np.array(results[(bench, method)][0]["cl1/matrix"], dtype=float)
-    shown = np.where(matrix < 0, np.nan, 100 * matrix)
-    image = ax.imshow(shown, vmin=50, vmax=100, cmap="viridis")
-    ax.set_title(f"{bench}: {LABELS[method]}", fontsize=8)
-    ax.set_xlabel("task evaluated", fontsize=7)
-    ax.set_ylabel("after learning task", fontsize=7)
-    ax.tick_params(labelsize=6)
-    if matrix.shape[0] <= 5:
+  paths = []
+  for bench in BENCHMARKS:
+    methods = [m for m in METHODS if results.get((bench, m))]
+    if not methods:
+      continue
+    cols = len(METHODS)
+    fig, axes = plt.subplots(1, cols, figsize=(3.2 * cols, 3.3), dpi=110, squeeze=False)
+    for ax in axes.ravel():
+      ax.axis("off")
+    for method in methods:
+      ax = axes[0, METHODS.index(method)]
+      ax.axis("on")
+      matrix = np.array(results[(bench, method)][0]["cl1/matrix"], dtype=float)
+      shown = np.where(matrix < 0, np.nan, 100 * matrix)
+      image = ax.imshow(shown, vmin=50, vmax=100, cmap="viridis")
+      ax.set_title(f"{bench}: {LABELS[method]}", fontsize=8)
+      ax.set_xlabel("task evaluated", fontsize=7)
+      ax.set_ylabel("after learning task", fontsize=7)
+      ax.set_xticks(range(matrix.shape[1]))
+      ax.set_yticks(range(matrix.shape[0]))
+      ax.tick_params(labelsize=6)
       for (i, j), v in np.ndenumerate(shown):
         if not np.isnan(v):
-          ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=6, color="white")
-  fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="CL1 test accuracy (%)")
-  fig.savefig(path)
-  plt.close(fig)
+          ax.text(j, i, f"{v:.0f}", ha="center", va="center",
+                  fontsize=6 if matrix.shape[0] <= 5 else 4, color="white")
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="CL1 test accuracy (%)")
+    path = os.path.join(out_dir, f"continual_matrices_{bench}.png")
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+  return paths
 
 
 def main():
@@ -114,11 +124,17 @@ def main():
   parser.add_argument("--root", default="/tmp/hypernet/continual", help="workdirs go here")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+  parser.add_argument("--methods", default=",".join(METHODS),
+                      help="methods to run (the others' finished runs are still read)")
   parser.add_argument("--no-run", dest="run", action="store_false",
                       help="only read finished runs")
   parser.add_argument("--out", default=os.path.join(REPO, "experiments"))
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(",")]
+  methods = args.methods.split(",")
+  unknown = sorted(set(methods) - set(METHODS))
+  if unknown:
+    parser.error(f"--methods: unknown {unknown}; known: {list(METHODS)}")
   results = {}
   for bench in args.benchmarks.split(","):
     for method in METHODS:
@@ -126,13 +142,14 @@ def main():
       runs = []
       for seed in seeds:
         path = os.path.join(args.root, f"{name}_s{seed}", "final_metrics.json")
-        if args.run or os.path.exists(path):
+        if (args.run and method in methods) or os.path.exists(path):
           runs.append(run(name, seed, args.root, args.data_dir))
       if runs:
         results[(bench, method)] = runs
   text = table(results, seeds)
   print(text)
-  heatmaps(results, os.path.join(args.out, "continual_matrices.png"))
+  for path in heatmaps(results, args.out):
+    print("wrote", path)
 
 
 if __name__ == "__main__":

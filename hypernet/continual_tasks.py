@@ -23,8 +23,8 @@ At the end of each task (an event of the loop) the task evaluates every task's t
 under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
 ``acc_cl3[t, k]`` (accuracy on task ``k`` after learning task ``t``), logged as
 ``cl/acc_task_k`` (and ``cl3/acc_task_k``) and kept in the checkpoint. The optimiser's
-slots are reset at each new task (a fresh optimiser per task, as in the paper's code),
-so no parameter of an earlier task drifts on stale momentum.
+slots and iteration count are reset at each new task (a fresh optimiser per task, as in
+the paper's code), so no parameter of an earlier task drifts on stale momentum.
 """
 from __future__ import annotations
 
@@ -398,10 +398,18 @@ def entropy_task_inference(logits: tf.Tensor, seen: tf.Tensor):
 
 
 def _reset_optimizer_slots(optimizer) -> None:
-  """Zeros the optimiser's slot variables (moments), keeping its iteration count and
-  learning rate: a fresh optimiser for the next task, with the same checkpoint layout."""
+  """A fresh optimiser for the next task, with the same checkpoint layout: zeros its slot
+  variables (moments) and its iteration count, keeping its learning rate variable.
+
+  The iteration count is reset too because Adam's bias correction reads it: zeroed
+  moments under an old count (no correction) make the first steps of a task up to ~6x
+  the learning rate (``m / sqrt(v)`` with ``v`` warming up over ~1/(1-beta_2) steps). A
+  learning-rate schedule, read at the iteration count, restarts with each task. The
+  loop's global step is a separate variable (unchanged)."""
   inner = getattr(optimizer, "inner_optimizer", optimizer)
-  keep = {id(inner.iterations)}
+  counters = {id(o.iterations): o.iterations for o in (optimizer, inner)
+              if getattr(o, "iterations", None) is not None}
+  keep = set(counters)
   lr = getattr(inner, "_learning_rate", None)
   if isinstance(lr, (tf.Variable, keras.Variable)):
     keep.add(id(lr))
@@ -409,3 +417,5 @@ def _reset_optimizer_slots(optimizer) -> None:
     if id(v) in keep or not tf.as_dtype(v.dtype).is_floating:
       continue
     v.assign(tf.zeros_like(v))
+  for it in counters.values():
+    it.assign(0)

@@ -143,6 +143,23 @@ def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path):
                                err_msg=n)
 
 
+def test_optimizer_reset_is_a_fresh_adam():
+  """After the reset between tasks, Adam's next step equals a fresh Adam's first step
+  (moments and iteration count zeroed, so the bias correction applies again): exactly
+  ``lr * sign(g)`` up to epsilon, not the ~3x of zeroed moments under an old count."""
+  import keras  # pylint: disable=g-import-not-at-top
+  var = tf.Variable([1.0, -2.0])
+  opt = keras.optimizers.Adam(learning_rate=0.01)
+  for _ in range(600):
+    opt.apply_gradients([(tf.constant([0.3, -0.1]), var)])
+  continual_tasks._reset_optimizer_slots(opt)  # pylint: disable=protected-access
+  assert int(opt.iterations.numpy()) == 0
+  before = var.numpy().copy()
+  opt.apply_gradients([(tf.constant([0.5, -4.0]), var)])
+  np.testing.assert_allclose(var.numpy() - before, [-0.01, 0.01], rtol=1e-4)
+  assert opt.learning_rate.numpy() == pytest.approx(0.01)
+
+
 def test_lookahead_and_subset_variants_protect_task_0(tmp_path):
   config = _config(**{"continual.beta": 1000.0, "continual.lookahead": True,
                       "continual.past_tasks_per_step": 1, "optim.lr": 3e-3})
