@@ -101,7 +101,8 @@ def learning_curves(curves: Dict[str, Dict[str, List[Tuple[int, float]]]],
   plt.close(fig)
 
 
-def run_curves(workdir: str, path: str, title: str) -> None:
+def run_curves(workdir: str, path: str, title: str, train_tags: Sequence[str] = ("loss",),
+               eval_tags: Sequence[str] = (), log_scale: bool = True) -> None:
   """A finished run's curves from its TensorBoard events: training loss (``train/``) and
   every evaluation metric (``eval/``: e.g. post- and pre-adaptation ``loss`` /
   ``loss_before`` of a meta-learner, with its ``_ci95`` as a band), against step.
@@ -110,16 +111,23 @@ def run_curves(workdir: str, path: str, title: str) -> None:
     workdir: a training workdir (``python -m hypernet.train --workdir=...``).
     path: output PNG file.
     title: figure title.
+    train_tags: ``train/`` scalars on the left (e.g. ``loss``, ``accuracy``).
+    eval_tags: ``eval/`` scalars on the right (default: all but the ``_ci95`` bands).
+    log_scale: log y axes (losses); ``False`` for accuracies.
   """
   from hypernet import summaries  # pylint: disable=g-import-not-at-top
   train = summaries.read_scalars(f"{workdir}/train")
   evals = summaries.read_scalars(f"{workdir}/eval")
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
-  steps, values = zip(*train["loss"])
-  left.plot(steps, values, linewidth=1.0)
-  left.set(xlabel="step", ylabel="meta-training query loss", title="training (train/loss)",
-           yscale="log")
-  for tag in sorted(t for t in evals if not t.endswith("_ci95")):
+  scale = "log" if log_scale else "linear"
+  for tag in train_tags:
+    steps, values = zip(*train[tag])
+    left.plot(steps, values, linewidth=1.0, label=tag)
+  left.set(xlabel="step", ylabel="meta-training (query set)",
+           title="training (train/" + ", ".join(train_tags) + ")", yscale=scale)
+  if len(train_tags) > 1:
+    left.legend(fontsize=8)
+  for tag in list(eval_tags) or sorted(t for t in evals if not t.endswith("_ci95")):
     steps, values = zip(*evals[tag])
     label = {"loss": "loss (after adaptation)", "loss_before": "loss_before (before)"}.get(
         tag, tag)
@@ -130,7 +138,7 @@ def run_curves(workdir: str, path: str, title: str) -> None:
                          [v + half.get(s, 0) for s, v in zip(steps, values)],
                          color=line.get_color(), alpha=0.2, linewidth=0)
   right.set(xlabel="step", ylabel="meta-test value (band: 95% CI)",
-            title="evaluation (eval/)", yscale="log")
+            title="evaluation (eval/)", yscale=scale)
   right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3,
                frameon=False)
   for ax in (left, right):
@@ -150,6 +158,11 @@ if __name__ == "__main__":
   parser.add_argument("--workdir", required=True)
   parser.add_argument("--out", required=True)
   parser.add_argument("--title", default="")
+  parser.add_argument("--train", default="loss", help="comma-separated train/ tags")
+  parser.add_argument("--eval", default="", help="comma-separated eval/ tags (default all)")
+  parser.add_argument("--linear", action="store_true", help="linear y axes (accuracies)")
   args = parser.parse_args()
-  run_curves(args.workdir, args.out, args.title or args.workdir)
+  run_curves(args.workdir, args.out, args.title or args.workdir,
+             train_tags=[t for t in args.train.split(",") if t],
+             eval_tags=[t for t in args.eval.split(",") if t], log_scale=not args.linear)
   print(f"wrote {args.out}")

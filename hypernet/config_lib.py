@@ -37,7 +37,7 @@ CHOICES = {
     "hypernet.kind": ("none", "mlp", "chunked", "static"),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
-    "meta.learner": ("maml", "fomaml", "metasgd", "anil"),
+    "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet"),
     "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
 }
 
@@ -245,8 +245,15 @@ def _field_used(config, field: str) -> bool:
     if not meta:
       return False
     if config.task == "sinusoid":
-      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries")
-    return name != "mlp_widths" and (name != "anil_head" or config.meta.learner == "anil")
+      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries",
+                          "within_alphabet")
+    if name in ("generator_widths", "generator_scale", "first_order"):
+      return config.meta.learner == "support_hypernet"
+    if name == "zero_init_head":
+      return config.meta.learner != "support_hypernet"
+    return name != "mlp_widths" and (
+        name != "anil_head" or config.meta.learner in ("anil", "support_hypernet")
+        or config.meta.zero_init_head)
   if group == "multitask":
     return config.task == "multitask_classification"
   if group == "continual":
@@ -454,7 +461,7 @@ def base_config():
   c.data.rotations = (0, 90, 180, 270)  # class augmentation (Finn et al. 2017)
   c.data.image_size = 28
   c.meta = ml_collections.ConfigDict()
-  c.meta.learner = "maml"      # maml | fomaml | metasgd | anil
+  c.meta.learner = "maml"      # maml | fomaml | metasgd | anil | support_hypernet
   c.meta.num_ways = 5          # N (few_shot)
   c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
   c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
@@ -462,11 +469,23 @@ def base_config():
   c.meta.inner_lr = 0.4
   c.meta.inner_steps = 1
   c.meta.eval_inner_steps = 0  # inner steps at meta-test time; 0: inner_steps
+  c.meta.eval_steps_sweep = ()  # also evaluate after each of these inner step counts
+  # (metrics loss_steps_K, accuracy_steps_K with their _ci95), e.g. (1, 5, 10)
   c.meta.adapt = ""            # patterns of adapted weights ("": all trainable)
-  c.meta.anil_head = "head/*"  # ANIL: the adapted head
+  c.meta.anil_head = "head/*"  # ANIL: the adapted head (support_hypernet: the generated one)
+  c.meta.zero_init_head = False  # maml/fomaml/metasgd/anil: the head (anil_head) starts
+  # every task at zero, not meta-learned (Kao et al. 2022's zeroing trick)
+  # support_hypernet (hypernet/meta/support_hypernet.py): hidden ReLU widths of the
+  # hypernetwork from class prototypes to head rows, initial logit scale (2: Prototypical
+  # Networks), first-order inner steps on the generated head (meta.inner_steps >= 0).
+  c.meta.generator_widths = (64,)
+  c.meta.generator_scale = 2.0
+  c.meta.first_order = False
   c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
   c.meta.eval_seed = 12345     # seed of those tasks
   c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs
+  c.meta.within_alphabet = False  # Omniglot meta-training episodes from one alphabet (and
+  # rotation), as the official one-shot runs are (Lake et al. 2015)
   # Meta-batch strategy: accumulate (a while loop over tasks, each task's meta-gradient
   # taken in its iteration and summed: memory of one task) | map_fn | vectorized_map
   # (one tape over all tasks; hypernet/meta/meta_batch.py).

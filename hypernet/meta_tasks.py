@@ -59,9 +59,9 @@ import tensorflow as tf
 
 from hypernet import models, sources
 from hypernet.data import episodes, sinusoid
-from hypernet.meta import anil, conv4, inner_loop, meta_batch
+from hypernet.meta import anil, conv4, inner_loop, meta_batch, support_hypernet
 
-LEARNERS = ("maml", "fomaml", "metasgd", "anil")
+LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet")
 TASKS = ("few_shot", "sinusoid")
 _CLASSIFICATION_LOSS = "sparse_softmax_cross_entropy"
 
@@ -155,8 +155,10 @@ def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
   return _with_options(ds.batch(t).prefetch(tf.data.AUTOTUNE))
 
 
-def _load_few_shot_data(config) -> Tuple[episodes.ClassIndexed, episodes.ClassIndexed]:
-  """(meta-train, meta-test) class-indexed images from ``config.data``."""
+def _load_few_shot_data(config):
+  """(meta-train, meta-test) class-indexed images from ``config.data``, and the
+  meta-train classes' group ids for within-alphabet episodes (Omniglot: alphabet and
+  rotation, :func:`hypernet.data.omniglot.alphabet_groups`; ``None`` otherwise)."""
   dc = config.data
   if dc.name == "omniglot":
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
@@ -169,13 +171,14 @@ def _load_few_shot_data(config) -> Tuple[episodes.ClassIndexed, episodes.ClassIn
         zips, dc.split_seed, data_dir=folder, num_test_characters=dc.num_test_characters,
         rotations=tuple(dc.rotations) or None, image_size=dc.image_size)
     return (episodes.class_indexed(train.images, train.labels),
-            episodes.class_indexed(test.images, test.labels))
+            episodes.class_indexed(test.images, test.labels),
+            omniglot.alphabet_groups(train.class_names))
   if dc.name in ("digits", "fashion_mnist", "mnist"):
     from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
     d = data_lib.load_classification(dc)
     scale = np.float32(d.pixel_scale)
     return (episodes.class_indexed(d.x_train.astype(np.float32) * scale, d.y_train),
-            episodes.class_indexed(d.x_test.astype(np.float32) * scale, d.y_test))
+            episodes.class_indexed(d.x_test.astype(np.float32) * scale, d.y_test), None)
   raise ValueError(f"config.data.name={dc.name!r} cannot be used for config.task='few_shot'; "
                    "use 'omniglot', 'digits', 'fashion_mnist' or 'mnist'.")
 
@@ -231,13 +234,20 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
 
   ``"maml"`` (second order), ``"fomaml"`` (first order), ``"metasgd"`` (learned
   per-parameter inner learning rates, second order), ``"anil"`` (head only, second
-  order); ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` from ``config.meta``.
+  order), ``"support_hypernet"`` (the head generated from the support set's class
+  prototypes, then ``inner_steps`` >= 0 SGD steps on it, second order unless
+  ``config.meta.first_order``; :class:`hypernet.meta.support_hypernet.SupportHypernetwork`);
+  ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` / ``generator_widths`` /
+  ``generator_scale`` from ``config.meta``; ``config.meta.zero_init_head``: the head
+  (``anil_head`` patterns) starts every task at zero (Kao et al. 2022's zeroing trick).
 
   Raises:
     ValueError: an unknown learner (lists the known ones), or the learner's own errors.
   """
   mc = config.meta
   kwargs = dict(inner_lr=float(mc.inner_lr), inner_steps=int(mc.inner_steps))
+  if mc.zero_init_head and mc.learner != "support_hypernet":
+    kwargs["zero_init"] = str(mc.anil_head)
   adapt = str(mc.adapt) or None
   if mc.learner == "maml":
     return inner_loop.MAML(target, loss, adapt=adapt, **kwargs)
@@ -247,6 +257,11 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
     return inner_loop.MetaSGD(target, loss, adapt=adapt, **kwargs)
   if mc.learner == "anil":
     return anil.ANIL(target, loss, head=str(mc.anil_head), **kwargs)
+  if mc.learner == "support_hypernet":
+    return support_hypernet.SupportHypernetwork(
+        target, loss, head=str(mc.anil_head), generator_widths=tuple(mc.generator_widths),
+        scale=float(mc.generator_scale), first_order=bool(mc.first_order),
+        seed=int(config.seed), **kwargs)
   raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
 
 
@@ -262,7 +277,9 @@ class MetaLearningTask:
   Args:
     config: the experiment config (``config.task`` in :data:`TASKS`).
     data: optional ``(train, test)`` :class:`~hypernet.data.episodes.ClassIndexed` to use
-      instead of loading ``config.data`` (few-shot only; tests, benchmarks).
+      instead of loading ``config.data`` (few-shot only; tests, benchmarks), optionally
+      with a third element: the train classes' group ids for
+      ``config.meta.within_alphabet``.
     runs: optional list of :class:`~hypernet.data.omniglot.OneShotRun` to use instead of
       loading ``config.meta.one_shot_runs``.
 
@@ -280,24 +297,40 @@ class MetaLearningTask:
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
                  "eval_episodes", "parallel_iterations"):
       value = mc[name]
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config.meta.{name} must be an int >= 1, got {value!r}.")
+      # The support-conditioned hypernetwork may skip the inner loop (inner_steps=0).
+      least = 0 if name == "inner_steps" and mc.learner == "support_hypernet" else 1
+      if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
     if mc.parallel not in meta_batch.STRATEGIES:
       raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
                        f"{list(meta_batch.STRATEGIES)}.")
     self.train_before_metrics = bool(mc.get("train_before_metrics", False))
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
+    self.eval_steps_sweep = tuple(int(k) for k in mc.eval_steps_sweep)
+    least = 0 if mc.learner == "support_hypernet" else 1
+    if any(k < least for k in self.eval_steps_sweep):
+      raise ValueError(f"config.meta.eval_steps_sweep={tuple(mc.eval_steps_sweep)}: inner "
+                       f"step counts must be >= {least}.")
     self.classification = config.task == "few_shot"
     self.runs = []
     if self.classification:
-      self.train_data, self.test_data = data if data is not None else \
-          _load_few_shot_data(config)
+      groups = None
+      if data is not None:
+        self.train_data, self.test_data = data[:2]
+        groups = data[2] if len(data) > 2 else None
+      else:
+        self.train_data, self.test_data, groups = _load_few_shot_data(config)
+      if mc.within_alphabet and groups is None:
+        raise ValueError(
+            "config.meta.within_alphabet=True needs class groups (alphabets): use "
+            f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
       image_shape = self.train_data.images.shape[1:]
       self.target = make_meta_target(config, image_shape, mc.num_ways)
       loss = _CLASSIFICATION_LOSS
       kwargs = dict(num_ways=mc.num_ways, num_shots=mc.num_shots)
       self._train_fn = episodes.make_episode_fn(
-          self.train_data, num_queries=mc.num_queries, seed=config.seed, **kwargs)
+          self.train_data, num_queries=mc.num_queries, seed=config.seed,
+          class_groups=groups if mc.within_alphabet else None, **kwargs)
       self._eval_fn = episodes.make_episode_fn(
           self.test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
       if runs is not None or mc.one_shot_runs:
@@ -364,7 +397,12 @@ class MetaLearningTask:
   # -- the loop's interface -----------------------------------------------------------
   @property
   def trainable_variables(self):
-    seen, out = set(), []
+    # Target weights the learner never reads (a generated or zero-initialised head)
+    # are not trained.
+    from hypernet import functional  # pylint: disable=g-import-not-at-top
+    target_vars = functional.variable_paths(self.target)
+    seen = {id(target_vars[p]) for p in self.learner.untrained_paths}
+    out = []
     for v in list(self.source.trainable_variables) + list(self.learner.trainable_variables):
       if id(v) not in seen:
         seen.add(id(v))
@@ -457,17 +495,24 @@ class MetaLearningTask:
   def eval_sums(self, batch):
     """Metric sums over the batch's real tasks: ``loss``, ``loss_before`` (and
     ``accuracy``, ``accuracy_before``), sums of squares ``accuracy_sq`` (``loss_sq`` for
-    sinusoids) for the 95% interval, and ``one_shot_error`` over the official runs."""
-    learner = self.learner
-    steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
-    try:  # Python attribute read while tracing: the eval graph has eval_inner_steps.
-      result = self._meta_batch(batch)
-    finally:
-      learner.inner_steps = steps
+    sinusoids) for the 95% interval, ``one_shot_error`` over the official runs, and for
+    each ``k`` of ``config.meta.eval_steps_sweep`` the same tasks after ``k`` inner
+    steps: ``loss_steps_k`` (``accuracy_steps_k``) with ``_sq`` companions (Finn et al.
+    2017, Fig. 3: MSE after 1..10 steps)."""
+    result = self._adapted_meta_batch(batch, self.eval_inner_steps)
     pt = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
     w, rw = batch["weight"], batch["extra_weight"]
     n = tf.reduce_sum(w)
     total = lambda x, weight=w: tf.reduce_sum(weight * x)
+    sweep = {}
+    for k in self.eval_steps_sweep:  # The same tasks adapted with k inner steps.
+      sweep_pt = pt if k == self.eval_inner_steps else {
+          name: tf.cast(v, tf.float32) for name, v in
+          self._adapted_meta_batch(batch, k, before_metrics=False).per_task.items()}
+      for name in ("loss", "accuracy") if self.classification else ("loss",):
+        value = sweep_pt[f"query_{name}_after"]
+        sweep[f"{name}_steps_{k}"] = (total(value), n)
+        sweep[f"{name}_steps_{k}_sq"] = (total(tf.square(value)), n)
     sums = {"loss": (total(pt["query_loss_after"]), n),
             "loss_before": (total(pt["query_loss_before"]), n)}
     if self.classification:
@@ -478,7 +523,17 @@ class MetaLearningTask:
         sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
     else:
       sums["loss_sq"] = (total(tf.square(pt["query_loss_after"])), n)
+    sums.update(sweep)
     return sums
+
+  def _adapted_meta_batch(self, batch, inner_steps: int, before_metrics: bool = True):
+    """:meth:`_meta_batch` with the learner's ``inner_steps`` set while tracing."""
+    learner = self.learner
+    steps, learner.inner_steps = learner.inner_steps, inner_steps
+    try:  # Python attribute read while tracing: the graph has ``inner_steps`` steps.
+      return self._meta_batch(batch, before_metrics=before_metrics)
+    finally:
+      learner.inner_steps = steps
 
   def apply_state(self, state):
     if state:
@@ -486,11 +541,15 @@ class MetaLearningTask:
       functional.assign_state(self.target, state)
 
   def describe(self) -> Dict[str, float]:
-    """Parameter counts (of the weight source, plus Meta-SGD's inner learning rates)."""
+    """Parameter counts: ``trainable`` (everything the outer optimiser trains), those of
+    the weight source, Meta-SGD's ``inner_lrs``, the support-conditioned ``generator``."""
     counts = dict(self.source.parameter_counts())
-    rates = sum(int(np.prod(v.shape)) for v in getattr(self.learner, "inner_lrs", {}).values())
-    counts["trainable"] = counts.get("trainable", 0) + rates
+    size = lambda variables: sum(int(np.prod(v.shape)) for v in variables)
+    rates = size(getattr(self.learner, "inner_lrs", {}).values())
+    counts["trainable"] = size(self.trainable_variables)
     counts["inner_lrs"] = rates
+    if hasattr(self.learner, "generator"):  # The support-conditioned hypernetwork.
+      counts["generator"] = size(self.learner.trainable_variables)
     return counts
 
   # -- evaluation outside the loop ----------------------------------------------------

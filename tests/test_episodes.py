@@ -178,3 +178,37 @@ def test_validation_errors_name_the_argument():
     ep.class_indexed(images, labels.astype(np.float32))
   with pytest.raises(TypeError, match="ClassIndexed"):
     ep.episode_dataset(images, **kw)
+
+
+def test_within_group_episodes_draw_every_class_from_one_eligible_group():
+  # 4 groups of 6, 6, 2, 6 classes; 3-way episodes: group 2 (2 classes) is never drawn.
+  images, labels = _id_data([4] * 20)
+  groups = np.array([0] * 6 + [1] * 6 + [2] * 2 + [3] * 6)
+  fn = ep.make_episode_fn((images, labels), num_ways=3, num_shots=1, num_queries=1,
+                          seed=0, return_classes=True, class_groups=groups)
+  drawn = collections.Counter()
+  for i in range(300):
+    classes = fn(i)["classes"].numpy()
+    (group,) = set(groups[classes])  # all three from one group
+    drawn[group] += 1
+    assert len(set(classes)) == 3
+  # Groups are drawn in proportion to their eligible classes: 1/3 each (100 ± 8 sd).
+  assert drawn[2] == 0 and all(abs(drawn[g] - 100) < 40 for g in (0, 1, 3)), drawn
+  # Without groups the same episode index draws across groups.
+  plain = ep.make_episode_fn((images, labels), num_ways=3, num_shots=1, num_queries=1,
+                             seed=0, return_classes=True)
+  assert any(len(set(groups[plain(i)["classes"].numpy()])) > 1 for i in range(20))
+  with pytest.raises(ValueError, match="No class group has num_ways=7"):
+    ep.make_episode_fn((images, labels), num_ways=7, num_shots=1, num_queries=1,
+                       class_groups=groups)
+  with pytest.raises(ValueError, match=r"class_groups must be \[num_classes\] = \[20\]"):
+    ep.make_episode_fn((images, labels), num_ways=3, num_shots=1, num_queries=1,
+                       class_groups=groups[:5])
+
+
+def test_alphabet_groups_separate_alphabets_and_rotations():
+  names = ["Greek/character01/rot0", "Greek/character02/rot0", "Greek/character01/rot90",
+           "Latin/character01/rot0", "Latin/character05/rot90"]
+  assert omniglot.alphabet_groups(names).tolist() == [0, 0, 1, 2, 3]
+  assert omniglot.alphabet_groups(["Latin/character01", "Greek/character02",
+                                   "Latin/character03"]).tolist() == [1, 0, 1]

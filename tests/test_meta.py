@@ -131,7 +131,7 @@ def central_fd(f, variables, eps=1e-6):
   (float64) variable: ``(f(v + eps e_i) - f(v - eps e_i)) / (2 eps)``."""
   grads = []
   for v in variables:
-    base = v.numpy().copy()
+    base = np.array(v.numpy())  # 0-d for scalar variables
     g = np.zeros_like(base)
     for i in np.ndindex(base.shape):
       for sign in (1, -1):
@@ -505,3 +505,27 @@ def test_unrecorded_inner_gradient_of_a_constant_weight_raises():
     fast, _ = ok.adapt(tf.ones([1, 1]), tf.ones([1]), weights=head)
   v = plain.get_layer("v").kernel
   np.testing.assert_allclose(tape.gradient(fast["w/kernel"], v), [[0.2]], rtol=1e-6)
+
+
+def test_zero_init_head_starts_every_task_at_zero_and_matches_finite_differences():
+  model = small_bn_net()
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.5,
+                            inner_steps=2, zero_init="head/*")
+  assert learner.untrained_paths == ["head/kernel", "head/bias"]
+  init = learner.initial_weights()
+  assert all(not np.any(init[p].numpy()) for p in learner.untrained_paths)
+  sx, sy, qx, qy = classification_task(4)
+  # Pre-adaptation logits are all zero: the query loss is log N exactly (N = 3).
+  out = functional.functional_call(model, init, qx, training=True)
+  np.testing.assert_allclose(learner.loss_fn(qy, out).numpy(), np.log(3.0), rtol=1e-12)
+  f = query_loss_fn(learner, (sx, sy, qx, qy))
+  body = [v for p, v in functional.variable_paths(model, trainable=True).items()
+          if p not in learner.untrained_paths]
+  with tf.GradientTape() as tape:
+    loss = f()
+  grads = tape.gradient(loss, body + [model.get_layer("head").kernel])
+  assert grads[-1] is None  # the head's variable is never read
+  for v, g, n in zip(body, grads, central_fd(f, body)):
+    np.testing.assert_allclose(g.numpy(), n, rtol=1e-5, atol=1e-8, err_msg=v.path)
+  with pytest.raises(ValueError, match="does not adapt"):
+    inner_loop.MAML(model, "mse", adapt="body/*", zero_init="head/*")

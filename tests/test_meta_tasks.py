@@ -19,8 +19,9 @@ from hypernet import config_lib, meta_tasks, objectives, tasks, train_lib
 from hypernet.meta import meta_batch
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
-META_CONFIGS = ["sinusoid_maml", "omniglot_maml", "omniglot_fomaml", "omniglot_metasgd",
-                "omniglot_anil", "omniglot_hyper_maml", "omniglot_20way"]
+META_CONFIGS = ["sinusoid_maml", "sinusoid_maml_k5", "omniglot_maml", "omniglot_fomaml",
+                "omniglot_metasgd", "omniglot_anil", "omniglot_hyper_maml", "omniglot_20way",
+                "omniglot_support_hypernet", "omniglot_20way_support_hypernet"]
 SUBSET = "images_background_small1.zip,images_background_small2.zip"
 
 
@@ -225,7 +226,8 @@ def test_meta_configs_validate_and_build(name, data_dir):
   config_lib.validate(c)
   assert c.task in meta_tasks.TASKS
   second_order = c.meta.learner in ("maml", "metasgd", "anil")
-  assert c.jit_compile == ("false" if second_order else "auto"), "XLA off for second order"
+  if second_order:
+    assert c.jit_compile == "false", "XLA off for second order"
   if c.task == "few_shot":
     c.data.data_dir = str(data_dir / "omniglot")
     c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
@@ -233,7 +235,7 @@ def test_meta_configs_validate_and_build(name, data_dir):
   assert task.learner.inner_steps == c.meta.inner_steps
   counts = task.describe()
   assert counts["trainable"] == sum(int(np.prod(v.shape)) for v in task.trainable_variables)
-  if name == "omniglot_20way":
+  if name.startswith("omniglot_20way"):
     assert len(task.runs) == 20
 
 
@@ -252,4 +254,27 @@ def test_meta_config_errors_name_the_field(data_dir):
   c = _sinusoid_config()
   c.meta.num_shots = 0
   with pytest.raises(ValueError, match="config.meta.num_shots"):
+    tasks.build_task(c)
+
+
+def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
+  """``loss_steps_k`` is the evaluation with ``eval_inner_steps = k`` on the same tasks."""
+  c = _sinusoid_config(learner="maml")
+  c.meta.eval_inner_steps, c.meta.eval_steps_sweep = 1, (1, 3)
+  swept = train_lib.Trainer(c, str(tmp_path / "a")).evaluate()
+  assert swept["loss_steps_1"] == pytest.approx(swept["loss"], rel=1e-6)
+  assert swept["loss_steps_1_ci95"] == pytest.approx(swept["loss_ci95"], rel=1e-6)
+  c.meta.eval_inner_steps, c.meta.eval_steps_sweep = 3, ()
+  three = train_lib.Trainer(c, str(tmp_path / "b")).evaluate()
+  assert swept["loss_steps_3"] == pytest.approx(three["loss"], rel=1e-5)
+  assert swept["loss_steps_3"] < swept["loss_steps_1"]  # more steps fit the support set
+  c.meta.eval_steps_sweep = (0,)
+  with pytest.raises(ValueError, match="config.meta.eval_steps_sweep"):
+    tasks.build_task(c)
+
+
+def test_within_alphabet_needs_omniglot():
+  c = _digits_config()
+  c.meta.within_alphabet = True
+  with pytest.raises(ValueError, match="config.meta.within_alphabet=True needs class groups"):
     tasks.build_task(c)

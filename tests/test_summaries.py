@@ -155,10 +155,20 @@ def test_hparams_are_the_fields_the_run_uses():
   assert not [k for k in hyper if k.startswith(("meta.", "summaries.", "fault.", "multitask."))]
   assert not {"data.omniglot_zips", "data.rotations", "hypernet.z_dim", "model.alpha",
               "optim.momentum", "optim.weight_decay", "jit_compile"} & set(hyper)
-  assert len(hyper) == 33 < len(config_lib.flatten(digits_hyper.get_config())) == 97
+  assert len(hyper) == 33 < len(config_lib.flatten(digits_hyper.get_config())) == 103
   meta = config_lib.hparams(omniglot_maml.get_config())
-  assert {"meta.inner_lr", "meta.num_ways", "data.omniglot_zips"} <= set(meta)
-  assert not {"hypernet.chunk_size", "data.test_fraction", "meta.mlp_widths"} & set(meta)
+  assert {"meta.inner_lr", "meta.num_ways", "data.omniglot_zips", "meta.zero_init_head",
+          "meta.within_alphabet"} <= set(meta)
+  assert not {"hypernet.chunk_size", "data.test_fraction", "meta.mlp_widths",
+              "meta.generator_widths", "meta.first_order"} & set(meta)
+  generated = config_lib.hparams(_with_learner(omniglot_maml.get_config(), "support_hypernet"))
+  assert {"meta.generator_widths", "meta.generator_scale", "meta.anil_head"} <= set(generated)
+  assert "meta.zero_init_head" not in generated
+
+
+def _with_learner(config, learner):
+  config.meta.learner = learner
+  return config
 
 
 def test_crash_resume_writes_each_step_once(tmp_path, monkeypatch):

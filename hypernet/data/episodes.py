@@ -109,8 +109,8 @@ def _check_seed(seed) -> int:
 
 def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
                     num_ways: int, num_shots: int, num_queries: int, seed: int = 0,
-                    shuffle: bool = True,
-                    return_classes: bool = False) -> Callable[[tf.Tensor], Episode]:
+                    shuffle: bool = True, return_classes: bool = False,
+                    class_groups=None) -> Callable[[tf.Tensor], Episode]:
   """Returns ``episode_fn(index) -> episode``, one N-way K-shot episode per index.
 
   Episode ``index`` draws ``num_ways`` distinct classes uniformly, relabels them 0..N-1 in
@@ -129,6 +129,11 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
       position carries no label information). ``False`` keeps class-major order:
       ``support_y = [0]*K + [1]*K + ...``, ``query_y = [0]*Q + [1]*Q + ...``.
     return_classes: also return ``"classes"``.
+    class_groups: optional ``[num_classes]`` int group id of each class (e.g. its
+      Omniglot alphabet: :func:`hypernet.data.omniglot.alphabet_groups`). Then all N
+      classes of an episode come from one group: a class is drawn uniformly among the
+      classes of groups with at least N classes, and the other N - 1 uniformly from its
+      group (Lake et al. 2015's one-shot runs are within-alphabet).
 
   Returns:
     A function, usable eagerly and in ``tf.data`` / ``tf.function``, from a scalar int
@@ -138,7 +143,8 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
 
   Raises:
     ValueError: ``num_ways`` exceeds the number of classes; ``num_shots + num_queries``
-      exceeds the examples of the smallest class; a count < 1; a bad seed. The errors of
+      exceeds the examples of the smallest class; a count < 1; a bad seed;
+      ``class_groups`` of the wrong length or with no group of N classes. The errors of
       :func:`class_indexed`.
   """
   if not isinstance(data, ClassIndexed):
@@ -160,6 +166,21 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
         f"smallest class (label {data.class_labels[smallest]}: "
         f"{data.class_counts[smallest]} examples); lower num_shots or num_queries, or drop "
         "the small classes.")
+  if class_groups is not None:
+    class_groups = np.asarray(class_groups)
+    if class_groups.shape != (data.num_classes,) or \
+        not np.issubdtype(class_groups.dtype, np.integer):
+      raise ValueError(f"class_groups must be [num_classes] = [{data.num_classes}] ints, "
+                       f"got shape {class_groups.shape}, dtype {class_groups.dtype}.")
+    _, group_index, group_sizes = np.unique(class_groups, return_inverse=True,
+                                            return_counts=True)
+    eligible = group_sizes[group_index] >= n
+    if not eligible.any():
+      raise ValueError(
+          f"No class group has num_ways={n} classes (largest: {group_sizes.max()}); lower "
+          "num_ways or turn off within-group sampling (config.meta.within_alphabet).")
+    groups_t = tf.constant(group_index.astype(np.int32))
+    eligible_t = tf.constant(eligible)
   images = tf.constant(data.images)
   table = tf.constant(data.class_indices)
   counts = tf.constant(data.class_counts)
@@ -170,7 +191,14 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
     keys = tf.random.experimental.stateless_split(key, num=4)
     # N distinct classes: the N largest of C iid uniforms, in decreasing order (random).
-    classes = tf.math.top_k(tf.random.stateless_uniform([num_classes], keys[0]), n).indices
+    u = tf.random.stateless_uniform([num_classes], keys[0])
+    if class_groups is not None:  # the group of a uniformly drawn eligible class
+      group = tf.gather(groups_t, tf.argmax(tf.where(eligible_t, u, -1.0)))
+      u = tf.where(tf.equal(groups_t, group),
+                   tf.random.stateless_uniform(
+                       [num_classes], tf.random.experimental.stateless_fold_in(keys[0], 1)),
+                   -1.0)
+    classes = tf.math.top_k(u, n).indices
     # K+Q distinct examples of each: the K+Q largest uniforms among its valid slots.
     u = tf.random.stateless_uniform([n, max_count], keys[1])
     valid = tf.range(max_count)[None, :] < tf.gather(counts, classes)[:, None]

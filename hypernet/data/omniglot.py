@@ -252,6 +252,27 @@ def _subset(data: LabelledImages, class_ids: np.ndarray) -> LabelledImages:
                         class_names=tuple(data.class_names[i] for i in class_ids))
 
 
+def alphabet_groups(class_names: Sequence[str]) -> np.ndarray:
+  """Group ids of classes by alphabet (and rotation): for within-alphabet episodes.
+
+  Args:
+    class_names: names ``"Alphabet/characterNN"`` (:func:`load_omniglot`), optionally
+      ``"/rot<angle>"`` appended (:func:`rotate_classes`): a rotated alphabet is a group
+      of its own.
+
+  Returns:
+    ``[len(class_names)]`` int32, equal for the classes of one alphabet and rotation,
+    numbered in sorted order of ``(alphabet, rotation)``.
+  """
+  keys = []
+  for name in class_names:
+    parts = str(name).split("/")
+    rot = parts[-1] if len(parts) > 2 and parts[-1].startswith("rot") else "rot0"
+    keys.append(parts[0] + "/" + rot)
+  _, ids = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
+  return ids.astype(np.int32)
+
+
 def rotate_classes(data: LabelledImages,
                    rotations: Sequence[int] = (0, 90, 180, 270)) -> LabelledImages:
   """Augments classes with rotated copies, each rotation a new class (Finn et al. 2017).

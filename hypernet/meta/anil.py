@@ -152,14 +152,23 @@ class ANIL(inner_loop.MAML):
     features, body_state = functional.functional_call(
         self._body, sub(init, self._body_paths), support_x, training=self.inner_training,
         return_state=True, state=sub(state, self._body_paths))
-    head_fast, head_state = inner_loop.inner_sgd(
-        self._head, self.loss_fn, sub(init, self._head_paths), self._head_adapted,
-        features, support_y, inner_lr=self.inner_learning_rates(),
-        inner_steps=self.inner_steps, first_order=self.first_order,
-        training=self.inner_training, state=sub(state, self._head_paths))
     fast = dict(init)
-    fast.update({self._head_paths[s]: t for s, t in head_fast.items()})
+    fast.update(self._initial_head(init, features, support_y))
     new_state = dict(state)
     new_state.update({self._body_paths[s]: t for s, t in body_state.items()})
-    new_state.update({self._head_paths[s]: t for s, t in head_state.items()})
+    if self.inner_steps:
+      head_fast, head_state = inner_loop.inner_sgd(
+          self._head, self.loss_fn, sub(fast, self._head_paths), self._head_adapted,
+          features, support_y, inner_lr=self.inner_learning_rates(),
+          inner_steps=self.inner_steps, first_order=self.first_order,
+          training=self.inner_training, state=sub(state, self._head_paths))
+      fast.update({self._head_paths[s]: t for s, t in head_fast.items()})
+      new_state.update({self._head_paths[s]: t for s, t in head_state.items()})
     return fast, new_state
+
+  def _initial_head(self, init, features, support_y) -> Dict[str, tf.Tensor]:
+    """The head's weights ``{target path: tensor}`` the inner steps start from, given
+    the task's support features ``[N*K, D]``: the initial weights (a subclass may
+    generate them from the support set)."""
+    del features, support_y
+    return {p: init[p] for p in self._head_paths.values() if p in init}

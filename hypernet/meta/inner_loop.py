@@ -163,6 +163,11 @@ class MAML(tf.Module):
     first_order: first-order approximation (no second derivatives).
     inner_training: the target's ``training=`` flag in the inner loop (BatchNorm uses
       batch statistics when ``True``).
+    zero_init: path patterns of adapted weights whose initial value is zero for every
+      task instead of meta-learned (the "zeroing trick" of Kao, Chiu, Chen 2022, "MAML is
+      a Noisy Contrastive Learner in Classification", Sec. 4: with the classifier head
+      at zero, the pre-adaptation logits are uniform, ``log N`` loss, and the head is
+      built by the inner steps alone). Listed in :attr:`untrained_paths`.
     name: module name.
 
   Raises:
@@ -174,7 +179,8 @@ class MAML(tf.Module):
 
   def __init__(self, model: keras.Model, loss_fn: LossFn, *, inner_lr: float = 0.4,
                inner_steps: int = 1, adapt=None, exclude=(), first_order: bool = False,
-               inner_training: Optional[bool] = True, name: Optional[str] = None):
+               inner_training: Optional[bool] = True, zero_init=(),
+               name: Optional[str] = None):
     super().__init__(name=name)
     if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
       raise ValueError(f"inner_steps must be an int >= 1, got {inner_steps!r}.")
@@ -194,6 +200,17 @@ class MAML(tf.Module):
       raise ValueError(
           f"adapt={adapt!r} with exclude={exclude!r} selects no weight of model "
           f"{model.name!r}; available: {list(functional.variable_paths(model, True))}")
+    self.zero_init_paths: List[str] = (
+        functional.select_paths(model, zero_init, trainable=True) if zero_init else [])
+    not_adapted = [p for p in self.zero_init_paths if p not in self.adapted_paths]
+    if not_adapted:
+      raise ValueError(f"zero_init={zero_init!r} selects {not_adapted}, which the inner "
+                       "loop does not adapt: they would stay zero. Adapt them or drop them.")
+
+  @property
+  def untrained_paths(self) -> List[str]:
+    """Target paths whose variables the learner never reads (not meta-trained)."""
+    return list(self.zero_init_paths)
 
   @property
   def model(self) -> keras.Model:
@@ -204,7 +221,8 @@ class MAML(tf.Module):
     """The initial weights as tensors: ``weights`` plus the adapted paths it lacks.
 
     Adapted paths missing from ``weights`` are read from the target's variables (a
-    variable read, so an outer tape differentiates back to the variable).
+    variable read, so an outer tape differentiates back to the variable); ``zero_init``
+    paths are zeros.
 
     Raises:
       ValueError: a path of ``weights`` is not a variable of the target.
@@ -220,6 +238,8 @@ class MAML(tf.Module):
     for p in self.adapted_paths:
       if p not in out:
         out[p] = tf.convert_to_tensor(variables[p].value)
+    for p in self.zero_init_paths:
+      out[p] = tf.zeros(variables[p].shape, variables[p].dtype)
     return out
 
   def inner_learning_rates(self):

@@ -1,0 +1,38 @@
+"""Support-conditioned hypernetwork, Omniglot 20-way 1-shot within alphabets; scored on
+the 20 official one-shot runs of Lake et al. 2015 (all_runs.zip).
+
+As configs/omniglot_support_hypernet.py (the head generated from the support set's
+class prototypes, no inner gradient step), meta-trained 20-way on episodes whose 20
+characters come from one alphabet (and rotation), as the official runs' are
+(``meta.within_alphabet``). The runs' characters come from the evaluation alphabets,
+which meta-training never sees: it uses the two background subsets only
+(images_background_small1/2.zip, 8 alphabets; Lake et al.'s 5-alphabet background
+subsets). 20 characters are held out for 600 (across-alphabet) 20-way meta-test
+episodes; ``one_shot_error`` is the error rate over the runs' 400 queries.
+
+    python -m hypernet.train --config=configs/omniglot_20way_support_hypernet.py \
+        --workdir=/tmp/hypernet/omniglot_20way_support_hypernet \
+        --config.data.data_dir=PATH/TO/omniglot
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.sibling_config(__file__, "omniglot_20way")
+  c.data.omniglot_zips = "images_background_small1.zip,images_background_small2.zip"
+  c.data.num_test_characters = 20
+  c.jit_compile = "false"
+  c.meta.learner = "support_hypernet"
+  c.meta.inner_steps = 0
+  c.meta.eval_inner_steps = 0
+  c.meta.generator_widths = (64,)
+  c.meta.within_alphabet = True
+  c.meta.num_queries = 5       # query drawings per class in meta-training
+  c.batch_size = 4             # 20-way tasks per meta-batch (80 classes per step)
+  c.num_steps = 3000
+  c.eval_every = 500
+  c.checkpoint_every = 500
+  c.log_every = 100
+  c.optim.lr = 1e-3
+  c.optim.schedule = "cosine"
+  return c

@@ -1,0 +1,155 @@
+"""A support-conditioned hypernetwork: the classifier head generated from the support set.
+
+For each task the target's *body* (every layer before the head) embeds the support set;
+the mean embedding of class ``c`` (its prototype, Snell et al. 2017, Eq. 1) is fed to a
+small hypernetwork ``phi`` shared by all classes, which generates that class's row of the
+head (Qiao, Liu, Shen, Yuille 2018, "Few-Shot Image Recognition by Predicting
+Parameters from Activations", Sec. 3: a parameter predictor from class-mean activations
+to classifier weights). Optionally the generated head is then fine-tuned by
+``inner_steps`` SGD steps on the support set, as Proto-MAML does (Triantafillou et al.
+2020, "Meta-Dataset", Sec. 3.2: MAML's output layer initialised from prototypes), first
+or second order.
+
+With ``p_c`` the prototype (``[D]``) and ``phi(p) = relu(p W1 + b1) W2 + b2`` (``[D + 1]``;
+``W2``, ``b2`` start at zero):
+
+    w_c = p_c + phi(p_c)[:D]                          (generated weight row, [D])
+    b_c = -||w_c||^2 / 2 + phi(p_c)[D]                (generated bias)
+    head/kernel[:, c] = s * w_c,  head/bias[c] = s * b_c,  s = exp(log_scale) > 0
+
+So at initialisation ``logits_c(x) = -s/2 ||f(x) - p_c||^2 + s/2 ||f(x)||^2``: with
+``s = 2`` (the default) exactly the squared-Euclidean logits of Prototypical Networks
+(Snell et al. 2017, Eq. 2 and Sec. 2.3; the ``||f(x)||^2`` term is the same for every
+class and cancels in the softmax). Meta-training learns the body, the hypernetwork
+``phi`` and the scale ``s`` through the query loss (the one train loop, as every other
+learner), and the head's initial variables are not used.
+
+The learner has the interface of :class:`hypernet.meta.inner_loop.MAML` (``adapt``,
+``initial_weights``, ``trainable_variables``), so :mod:`hypernet.meta.meta_batch` and
+the train loop run it unchanged (``config.meta.learner = "support_hypernet"``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Sequence
+
+import keras
+import tensorflow as tf
+
+from hypernet import functional
+from hypernet.meta import anil
+
+Weights = Dict[str, tf.Tensor]
+
+
+class SupportHypernetwork(anil.ANIL):
+  """Classifier head generated per task from the support set's class prototypes.
+
+  Args:
+    model: the built target network, a ``keras.Sequential`` whose head (``head``
+      patterns) is one ``Dense`` layer mapping ``[batch, D]`` features to ``[batch, N]``
+      logits (conv4's ``head``), or give ``body`` / ``head_model`` as :class:`ANIL`.
+    loss_fn: as :class:`~hypernet.meta.inner_loop.MAML` (the classification loss).
+    head: path patterns of the generated head weights (default ``"head/*"``): exactly
+      one kernel ``[D, N]`` and one bias ``[N]``.
+    generator_widths: hidden ReLU widths of the hypernetwork ``phi`` (``()``: no hidden
+      layer, ``phi`` linear).
+    scale: the initial logit scale ``s`` (> 0; 2 = Prototypical Networks' logits).
+    inner_steps: SGD steps on the generated head after generation (int >= 0; 0: none).
+    inner_lr: their learning rate (float > 0).
+    first_order: treat those steps' gradients as constants.
+    seed: seed of the hypernetwork's initial weights (Glorot uniform for ``W1``).
+    **kwargs: ``inner_training``, ``body``, ``head_model``, ``name`` as :class:`ANIL`.
+
+  Raises:
+    ValueError: ``inner_steps`` < 0, ``scale`` <= 0, a bad width, or a head that is not
+      one ``[D, N]`` kernel and one ``[N]`` bias; the errors of :class:`ANIL`.
+  """
+
+  def __init__(self, model: keras.Model, loss_fn, *, head="head/*",
+               generator_widths: Sequence[int] = (), scale: float = 2.0,
+               inner_steps: int = 0, inner_lr: float = 0.4, first_order: bool = False,
+               seed: int = 0, **kwargs):
+    if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 0:
+      raise ValueError(f"inner_steps must be an int >= 0 for the support-conditioned "
+                       f"hypernetwork (0: the generated head as it is), got {inner_steps!r}.")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not scale > 0:
+      raise ValueError(f"scale must be a float > 0 (2.0: Prototypical Networks' logits), "
+                       f"got {scale!r}.")
+    widths = tuple(generator_widths)
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+      raise ValueError(f"generator_widths must be ints >= 1, got {widths!r}.")
+    # MAML checks second order on the whole target, but only the head is differentiated
+    # twice here (and not at all with inner_steps=0).
+    super().__init__(model, loss_fn, head=head, inner_steps=max(inner_steps, 1),
+                     inner_lr=inner_lr, first_order=True, **kwargs)
+    self.inner_steps = inner_steps
+    self.first_order = bool(first_order)
+    variables = functional.variable_paths(model)
+    kernels = [p for p in self.adapted_paths if len(variables[p].shape) == 2]
+    biases = [p for p in self.adapted_paths if len(variables[p].shape) == 1]
+    if len(kernels) != 1 or len(biases) != 1 or len(self.adapted_paths) != 2:
+      raise ValueError(
+          f"The head {self.adapted_paths} must be one Dense layer: one kernel [D, N] and "
+          "one bias [N] (set head= to its two paths).")
+    self.kernel_path, self.bias_path = kernels[0], biases[0]
+    # The head's own variables are replaced by the generated weights (not trained).
+    self.generated_paths = [self.kernel_path, self.bias_path]
+    dim, self.num_ways = (int(d) for d in variables[self.kernel_path].shape)
+    if tuple(variables[self.bias_path].shape) != (self.num_ways,):
+      raise ValueError(f"Head bias {self.bias_path} has shape "
+                       f"{tuple(variables[self.bias_path].shape)}, expected ({self.num_ways},).")
+    dtype = tf.as_dtype(variables[self.kernel_path].dtype)
+    self.generator_widths = widths
+    with self.name_scope:
+      self.generator = []  # [(W, b)] per layer of phi; the last one starts at zero
+      fan_in = dim
+      for i, width in enumerate(widths):
+        init = keras.initializers.GlorotUniform(seed=seed + i)
+        self.generator.append((
+            tf.Variable(tf.cast(init((fan_in, width)), dtype), name=f"phi{i}_kernel"),
+            tf.Variable(tf.zeros([width], dtype), name=f"phi{i}_bias")))
+        fan_in = width
+      self.generator.append((
+          tf.Variable(tf.zeros([fan_in, dim + 1], dtype), name="phi_out_kernel"),
+          tf.Variable(tf.zeros([dim + 1], dtype), name="phi_out_bias")))
+      self.log_scale = tf.Variable(tf.constant(math.log(scale), dtype), name="log_scale")
+
+  @property
+  def untrained_paths(self):
+    """The generated head's paths: their variables are never read (not meta-trained)."""
+    return list(self.generated_paths)
+
+  def generate_head(self, features: tf.Tensor, labels: tf.Tensor) -> Weights:
+    """The head generated from support features (module doc, equations).
+
+    Args:
+      features: ``[N*K, D]`` support embeddings (the body's output), the head's dtype.
+      labels: ``[N*K]`` int class ids in ``0..N-1``; every class must occur.
+
+    Returns:
+      ``{kernel path: [D, N], bias path: [N]}``.
+    """
+    labels = tf.cast(labels, tf.int32)
+    sums = tf.math.unsorted_segment_sum(features, labels, self.num_ways)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(labels, features.dtype), labels,
+                                          self.num_ways)
+    tf.debugging.assert_positive(
+        counts, message="A class of the head has no support example: each of the N "
+        "classes needs K >= 1 support examples.")
+    protos = sums / counts[:, None]                          # [N, D]
+    h = protos
+    for w, b in self.generator[:-1]:
+      h = tf.nn.relu(tf.matmul(h, w) + b)
+    w_out, b_out = self.generator[-1]
+    delta = tf.matmul(h, w_out) + b_out                      # [N, D + 1]
+    rows = protos + delta[:, :-1]
+    bias = -0.5 * tf.reduce_sum(tf.square(rows), axis=-1) + delta[:, -1]
+    scale = tf.exp(self.log_scale)
+    return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: scale * bias}
+
+  def _initial_head(self, init, features, support_y) -> Weights:
+    """The generated head (:meth:`generate_head`): what ANIL's inner steps start from
+    (``inner_steps`` may be 0: then it is the head used on the query set)."""
+    del init
+    return self.generate_head(features, support_y)
