@@ -31,19 +31,44 @@ def test_generated_shapes_come_from_target_and_counts():
   assert hnet.count_params() == chunks * 7 + (7 * 11 + 11) + (11 * 100 + 100)
 
 
-@pytest.mark.parametrize("mode", ["hyperfan_in", "hyperfan_out", "glorot"])
-def test_initial_variance_matches_standard_init(mode):
-  """Var of generated kernels at init = He/Glorot variance of the target layer (20%)."""
+@pytest.mark.parametrize("mode,center", [("hyperfan_in", True), ("hyperfan_out", True),
+                                         ("glorot", True), ("hyperfan_in", False)])
+def test_initial_variance_matches_standard_init(mode, center):
+  """Var of generated kernels at init = He/Glorot variance of the target layer (20%),
+  with and without centring the generator's features."""
   target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
   spec = functional.weight_spec(target, "*/kernel")
   ratios = {p: [] for p in spec}
   for seed in range(3):
     hnet = ChunkedHypernetwork(spec, chunk_size=512, chunk_emb_dim=16, hidden=(32,),
-                               init=mode, seed=seed)
+                               init=mode, center=center, seed=seed)
     for p, w in hnet().items():
       ratios[p].append(np.var(w.numpy()) / hinit.kernel_std(p, spec[p].shape, mode) ** 2)
   for p, r in ratios.items():
     assert 0.8 < np.mean(r) < 1.2, (p, r)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_centring_sets_the_output_bias(center):
+  """center=True: b_out = -W_out . mean_c(h_c), so every raw chunk element has mean 0 over
+  the chunks at init (exactly, float64); center=False: b_out = 0 and the raw elements
+  have unit second moment over chunks and elements (W_out scaled by E[h^2])."""
+  target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
+  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
+  hnet = ChunkedHypernetwork(spec, chunk_size=1024, chunk_emb_dim=16, hidden=(24,),
+                             center=center, dtype="float64", seed=1)
+  features = hnet._features().numpy()                        # [C, d_h]
+  raw = hnet.output_head(features).numpy()                   # [C, k] before gain and mean
+  bias = hnet.output_head.bias.numpy()
+  if center:
+    np.testing.assert_allclose(bias, -features.mean(0) @ hnet.output_head.kernel.numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(raw.mean(0), 0.0, atol=1e-12)
+    assert 0.9 < np.mean((raw - raw.mean(0)) ** 2) < 1.1
+  else:
+    assert np.all(bias == 0.0)
+    assert 0.9 < np.mean(raw ** 2) < 1.1
+    assert np.std(raw.mean(0)) > 0.2  # The shared pattern W_out . mean(h) the centring removes.
 
 
 def test_gradients_match_float64_finite_differences():

@@ -47,6 +47,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
+    center: centre the generator's features at init (``b_out = -W_out . mean(h)``, see
+      below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
     num_conditions, condition_dim: conditioning (see
       :class:`hypernet.hypernetworks.base.Hypernetwork`); the generator's input for chunk
       ``c`` is then ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
@@ -68,8 +70,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
-               num_conditions: int = 0, condition_dim: int = 0, seed: int = 0,
-               dtype=None, name: str = "hypernetwork"):
+               center: bool = True, num_conditions: int = 0, condition_dim: int = 0,
+               seed: int = 0, dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
@@ -102,7 +104,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
     # chunk_size 128). So the output sees centred features: b_out = -W_out . mu at init,
     # and W_out is scaled by their variance.
     features = self._features(tf.constant(inputs, self.compute_dtype)).numpy()
-    center = features.astype(np.float64).mean(axis=0)
+    center = features.astype(np.float64).mean(axis=0) if center else np.zeros(width)
     out_std = 1.0 / np.sqrt(width * base.second_moment(features - center))
     self.output_head = keras.layers.Dense(
         self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
