@@ -18,21 +18,12 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.sibling_config(__file__, "omniglot_20way")
-  c.data.omniglot_zips = "images_background_small1.zip,images_background_small2.zip"
+  c = config_lib.sibling_config(__file__, "omniglot_support_hypernet")
   c.data.num_test_characters = 20
-  c.jit_compile = "false"
-  c.meta.learner = "support_hypernet"
-  c.meta.inner_steps = 0
-  c.meta.eval_inner_steps = 0
-  c.meta.generator_widths = (64,)
+  c.meta.num_ways = 20
   c.meta.within_alphabet = True
-  c.meta.num_queries = 5       # query drawings per class in meta-training
+  c.meta.eval_queries = 1      # the runs have one query per class
+  c.meta.one_shot_runs = "all_runs.zip"
   c.batch_size = 4             # 20-way tasks per meta-batch (80 classes per step)
-  c.num_steps = 3000
-  c.eval_every = 500
-  c.checkpoint_every = 500
-  c.log_every = 100
-  c.optim.lr = 1e-3
-  c.optim.schedule = "cosine"
+  c.eval_batch_size = 20
   return c
