@@ -41,6 +41,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from experiments.digits_sweep import command  # one command-line writer for both
 from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,16 +107,6 @@ def run_overrides(overrides: Mapping, steps: int, seed: int, lr: float,
               log_every=max(steps // 10, 1), checkpoint_every=max(steps // 2, 1),
               **{"summaries.every": 0},
               **{"optim.lr": lr, "data.data_dir": data_dir})
-
-
-def command(config_name: str, workdir: str, overrides: Mapping) -> str:
-  """The equivalent ``python -m hypernet.train`` command line of one run."""
-  parts = ["python -m hypernet.train", f"--config=configs/{config_name}.py",
-           f"--workdir={workdir}"]
-  for key, value in overrides.items():
-    text = f"'{tuple(value)}'" if isinstance(value, (tuple, list)) else str(value)
-    parts.append(f"--config.{key}={text}")
-  return " ".join(parts)
 
 
 def points(preset: str) -> List[tuple]:

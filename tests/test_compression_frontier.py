@@ -3,17 +3,13 @@ table and plot are written from the runs' final_metrics.json, and the listed com
 reproduce the runs' configs exactly."""
 import json
 import os
-import shlex
-import sys
 
-from absl import flags
-from ml_collections import config_flags
 import numpy as np
 from PIL import Image
 import pytest
 
-from conftest import REPO_ROOT
 from experiments import compression_frontier as cf
+from tests.test_experiments import assert_commands_give_the_runs_configs
 from hypernet import config_lib, functional, models, sources
 
 
@@ -58,13 +54,4 @@ def test_smoke_frontier_writes_table_and_plot(tmp_path, data_dir, monkeypatch):
   assert json.load(open(paths["json"]))[1]["source"] == rows[1]["source"] == 9975
   image = np.asarray(Image.open(paths["png"]).convert("L"), np.float32)
   assert image.shape[0] >= 400 and image.std() > 10  # Drawn on, not blank.
-  for r in rows:  # Each listed command, parsed as hypernet.train parses it, gives the config.
-    parts = shlex.split(r["command"])
-    argv = ["train", parts[3].replace("configs/", f"{REPO_ROOT}/configs/")] + parts[5:]
-    monkeypatch.setattr(sys, "argv", argv)
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True)
-    fv(argv)
-    with open(os.path.join(r["workdirs"][0], "config.json")) as f:
-      saved = config_lib.config_from_dict(json.load(f))
-    assert config_lib.flatten(saved) == config_lib.flatten(fv.config), r["command"]
+  assert_commands_give_the_runs_configs(rows, monkeypatch)

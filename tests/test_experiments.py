@@ -16,6 +16,23 @@ from hypernet import config_lib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def assert_commands_give_the_runs_configs(rows, monkeypatch):
+  """Each row's ``command``, parsed as ``hypernet.train`` parses it, gives the config
+  saved in its first workdir."""
+  for r in rows:
+    parts = shlex.split(r["command"])
+    assert parts[:3] == ["python", "-m", "hypernet.train"]
+    assert parts[4] == f"--workdir={r['workdirs'][0]}"
+    argv = ["train", parts[3].replace("configs/", f"{REPO}/configs/")] + parts[5:]
+    monkeypatch.setattr(sys, "argv", argv)
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True)
+    fv(argv)
+    with open(os.path.join(r["workdirs"][0], "config.json")) as f:
+      saved = config_lib.config_from_dict(json.load(f))
+    assert config_lib.flatten(saved) == config_lib.flatten(fv.config), r["command"]
+
+
 def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
   rows = digits_sweep.run_sweep(str(tmp_path), "smoke", steps=40, seeds=[0])
   paths = digits_sweep.write_outputs(rows, str(tmp_path))
@@ -43,19 +60,7 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
     assert image.shape[0] >= 400 and image.shape[1] >= 700
     assert image.std() > 10  # Drawn on, not blank.
 
-  # Each listed command, parsed as hypernet.train parses it, gives the run's config.
-  for r in rows:
-    parts = shlex.split(r["command"])
-    assert parts[:3] == ["python", "-m", "hypernet.train"]
-    assert parts[4] == f"--workdir={r['workdirs'][0]}"
-    argv = ["train", parts[3].replace("configs/", f"{REPO}/configs/")] + parts[5:]
-    monkeypatch.setattr(sys, "argv", argv)
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, flag_values=fv, lock_config=True)
-    fv(argv)
-    with open(os.path.join(r["workdirs"][0], "config.json")) as f:
-      saved = config_lib.config_from_dict(json.load(f))
-    assert config_lib.flatten(saved) == config_lib.flatten(fv.config), r["command"]
+  assert_commands_give_the_runs_configs(rows, monkeypatch)
 
   # A rerun reuses the finished runs.
   mtime = os.path.getmtime(os.path.join(rows[1]["workdirs"][0], "final_metrics.json"))
