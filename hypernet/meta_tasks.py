@@ -246,7 +246,11 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   """
   mc = config.meta
   kwargs = dict(inner_lr=float(mc.inner_lr), inner_steps=int(mc.inner_steps))
-  if mc.zero_init_head and mc.learner != "support_hypernet":
+  if mc.zero_init_head:
+    if mc.learner == "support_hypernet":
+      raise ValueError("config.meta.zero_init_head=True with learner 'support_hypernet': "
+                       "its head is generated from the support set, not initialised; set "
+                       "zero_init_head=False.")
     kwargs["zero_init"] = str(mc.anil_head)
   adapt = str(mc.adapt) or None
   if mc.learner == "maml":
@@ -294,11 +298,12 @@ class MetaLearningTask:
                        f"{list(TASKS)}.")
     self.config = config
     mc = config.meta
+    # The support-conditioned hypernetwork may skip the inner loop (0 inner steps).
+    min_steps = 0 if mc.learner == "support_hypernet" else 1
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
                  "eval_episodes", "parallel_iterations"):
       value = mc[name]
-      # The support-conditioned hypernetwork may skip the inner loop (inner_steps=0).
-      least = 0 if name == "inner_steps" and mc.learner == "support_hypernet" else 1
+      least = min_steps if name == "inner_steps" else 1
       if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
     if mc.parallel not in meta_batch.STRATEGIES:
@@ -307,10 +312,9 @@ class MetaLearningTask:
     self.train_before_metrics = bool(mc.get("train_before_metrics", False))
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
     self.eval_steps_sweep = tuple(int(k) for k in mc.eval_steps_sweep)
-    least = 0 if mc.learner == "support_hypernet" else 1
-    if any(k < least for k in self.eval_steps_sweep):
+    if any(k < min_steps for k in self.eval_steps_sweep):
       raise ValueError(f"config.meta.eval_steps_sweep={tuple(mc.eval_steps_sweep)}: inner "
-                       f"step counts must be >= {least}.")
+                       f"step counts must be >= {min_steps}.")
     self.classification = config.task == "few_shot"
     self.runs = []
     if self.classification:

@@ -274,6 +274,13 @@ def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
     tasks.build_task(c)
 
 
+def test_zero_init_head_is_refused_for_the_generated_head():
+  c = _digits_config()
+  c.meta.learner, c.meta.inner_steps, c.meta.zero_init_head = "support_hypernet", 0, True
+  with pytest.raises(ValueError, match="config.meta.zero_init_head=True with learner"):
+    tasks.build_task(c)
+
+
 def test_within_alphabet_needs_omniglot():
   c = _digits_config()
   c.meta.within_alphabet = True
