@@ -261,7 +261,8 @@ def _field_used(config, field: str) -> bool:
       return False
     method = config.continual.method
     return {"beta": method == "hnet", "past_tasks_per_step": method == "hnet",
-            "lookahead": method == "hnet", "classes_per_task": config.continual.benchmark == "split",
+            "lookahead": method == "hnet", "refresh_targets": method == "hnet",
+            "classes_per_task": config.continual.benchmark == "split",
             "ewc_lambda": method == "ewc", "ewc_gamma": method == "ewc",
             "fisher_samples": method == "ewc"}.get(name, True)
   if group == "data":
@@ -447,6 +448,8 @@ def base_config():
   c.continual.beta = 0.01              # hnet: output regulariser strength
   c.continual.past_tasks_per_step = 0  # hnet: random past tasks per step (0: all)
   c.continual.lookahead = False        # hnet: penalty at Theta + a step of the task loss
+  c.continual.refresh_targets = True   # hnet: after each task re-store every past task's
+                                       # outputs (paper); False: each task's own, once
   c.continual.ewc_lambda = 100.0       # ewc: penalty strength
   c.continual.ewc_gamma = 1.0          # ewc: online Fisher decay
   c.continual.fisher_samples = 500     # ewc: examples per task for the Fisher

@@ -8,7 +8,10 @@ step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.meth
   a conditional hypernetwork (any kind: ``config.hypernet.kind``) with one learned task
   embedding per task generates the target's weights; after each task its outputs for
   the tasks so far are stored, and the output regulariser
-  (:func:`hypernet.cl_regularizers.output_regularizer`) keeps them there.
+  (:func:`hypernet.cl_regularizers.output_regularizer`) keeps them there. The paper
+  re-stores every past task's outputs after each task (``refresh_targets=True``), so
+  the small drift each task allows accumulates; with ``False`` each task's outputs are
+  stored once, after its own training, and every later task is pulled back to them.
 * ``"finetune"`` -- one multi-head target trained on each task in turn, unprotected.
 * ``"ewc"`` -- the same with the online EWC penalty
   (:func:`hypernet.cl_regularizers.ewc_penalty`; Fisher from each task's data).
@@ -24,7 +27,8 @@ under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
 ``acc_cl3[t, k]`` (accuracy on task ``k`` after learning task ``t``), logged as
 ``cl/acc_task_k`` (and ``cl3/acc_task_k``) and kept in the checkpoint. The optimiser's
 slots and iteration count are reset at each new task (a fresh optimiser per task, as in
-the paper's code), so no parameter of an earlier task drifts on stale momentum.
+the paper's code), so no parameter of an earlier task drifts on stale momentum; a
+learning-rate schedule (``config.optim.schedule``) spans one task.
 """
 from __future__ import annotations
 
@@ -160,6 +164,9 @@ class ContinualTask:
                                            name=f"fisher{i}") for i, p in enumerate(params)]
     self.metric_names = ["loss", "accuracy", "cl_penalty"]
     self.event_every = self.steps_per_task
+    # The optimiser restarts at each task (_reset_optimizer_slots): a learning-rate
+    # schedule spans one task.
+    self.schedule_steps = self.steps_per_task
 
   # -- the task interface ------------------------------------------------------------
   @property
@@ -339,6 +346,9 @@ class ContinualTask:
     if self.method == "hnet":
       generated = cl_regularizers.flatten_weights(
           self.hnet(tf.range(self.num_tasks)), self.hnet.paths, 1)
+      if not cc.refresh_targets:   # Keep rows 0..done-1 as stored after their own task.
+        keep = (tf.range(self.num_tasks) < done)[:, None]
+        generated = tf.where(keep, self.state.targets, generated)
       self.state.targets.assign(generated)
     elif self.method == "ewc":
       data = self.tasks[done]

@@ -129,7 +129,10 @@ class Trainer:
       if not self.variables:
         raise ValueError("The task has no trainable variables: everything is frozen "
                          "(check config.hypernet.train_rest and the generated patterns).")
-      self.optimizer = make_optimizer(config.optim, config.num_steps)
+      # A task that restarts the optimiser periodically (continual learning: one per
+      # task) gives the schedule's horizon; otherwise the whole run.
+      self.optimizer = make_optimizer(
+          config.optim, getattr(self.task, "schedule_steps", None) or config.num_steps)
       if policy == "mixed_float16":
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
       distribute.apply_reduced_gradients(self.optimizer)
