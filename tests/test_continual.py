@@ -124,6 +124,36 @@ def test_output_regularizer_keeps_task_0_weights(tmp_path, beta):
   assert len(result["cl1/matrix"]) == 2 and result["cl1/matrix"][0][0] > 0.9
 
 
+@pytest.mark.parametrize("refresh", [True, False])
+def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
+  """3 tasks x 20 steps. ``refresh_targets=False``: task 0's row of the stored targets
+  at the end is exactly the row stored after task 0 (step 20), task 1's the row stored
+  after task 1; ``True`` (the paper): task 0's row is stored again after task 1, so it
+  differs. A cosine schedule spans one task: at the end of the last task (Adam's count
+  restarted at 40, now 20) the learning rate is 0, not the 0.75 x lr of a 60-step
+  horizon."""
+  config = _config(steps=20, tasks=3, **{"continual.beta": 0.01, "optim.lr": 3e-3,
+                                         "optim.schedule": "cosine",
+                                         "continual.refresh_targets": refresh,
+                                         "checkpoint_every": 20})
+  train_lib.train_and_evaluate(config, str(tmp_path))
+  trainer = _restored(config, tmp_path)
+
+  def targets(step):
+    path = str(tmp_path / "checkpoints" / f"ckpt-{step}")
+    name = [n for n, _ in tf.train.list_variables(path) if n.startswith("continual/targets/")]
+    return tf.train.load_checkpoint(path).get_tensor(name[0])
+
+  after0, after1 = targets(20), targets(40)
+  if refresh:
+    assert not np.array_equal(after1[0], after0[0])
+  else:
+    np.testing.assert_array_equal(after1[0], after0[0])
+    np.testing.assert_array_equal(trainer.task.state.targets.numpy()[:2], after1[:2])
+  assert int(trainer.optimizer.iterations.numpy()) == 20
+  assert float(trainer.optimizer.learning_rate.numpy()) == pytest.approx(0.0, abs=1e-9)
+
+
 def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path):
   """Stopped inside task 2 (step 50 of 3 x 20), rerun to the end: same checkpoint values,
   same accuracy matrices (the stored targets of tasks 0 and 1 came back intact)."""
