@@ -127,16 +127,16 @@ def test_output_regularizer_keeps_task_0_weights(tmp_path, beta):
 
 @pytest.mark.parametrize("refresh", [True, False])
 def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
-  """3 tasks x 20 steps. ``refresh_targets=False``: task 0's row of the stored targets
-  at the end is exactly the row stored after task 0 (step 20), task 1's the row stored
-  after task 1; ``True`` (the paper): task 0's row is stored again after task 1, so it
-  differs. A cosine schedule spans one task: at the end of the last task (Adam's count
-  restarted at 40, now 20) the learning rate is 0, not the 0.75 x lr of a 60-step
-  horizon."""
-  config = _config(steps=20, tasks=3, **{"continual.beta": 0.01, "optim.lr": 3e-3,
+  """4 tasks x 20 steps; targets are stored after tasks 0, 1 and 2 (steps 20, 40, 60).
+  ``refresh_targets=False``: after task 2, row 0 is exactly the row stored after task 0
+  and row 1 the row stored after task 1. ``True`` (the paper): both are stored again, so
+  they differ. A cosine schedule spans one task: at the end of the last task (Adam's
+  count restarted at 60, now 20) the learning rate is 0, not the 0.85 x lr of an
+  80-step horizon."""
+  config = _config(steps=20, tasks=4, **{"continual.beta": 0.01, "optim.lr": 3e-3,
                                          "optim.schedule": "cosine",
                                          "continual.refresh_targets": refresh,
-                                         "checkpoint_every": 20})
+                                         "checkpoint_every": 20, "checkpoint_keep": 4})
   train_lib.train_and_evaluate(config, str(tmp_path))
   trainer = _restored(config, tmp_path)
 
@@ -145,12 +145,12 @@ def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
     name = [n for n, _ in tf.train.list_variables(path) if n.startswith("continual/targets/")]
     return tf.train.load_checkpoint(path).get_tensor(name[0])
 
-  after0, after1 = targets(20), targets(40)
-  if refresh:
-    assert not np.array_equal(after1[0], after0[0])
-  else:
-    np.testing.assert_array_equal(after1[0], after0[0])
-    np.testing.assert_array_equal(trainer.task.state.targets.numpy()[:2], after1[:2])
+  after0, after1, after2 = targets(20), targets(40), targets(60)
+  for row, first in ((0, after0), (1, after1)):
+    if refresh:
+      assert not np.array_equal(after2[row], first[row]), row
+    else:
+      np.testing.assert_array_equal(after2[row], first[row])
   assert int(trainer.optimizer.iterations.numpy()) == 20
   assert float(trainer.optimizer.learning_rate.numpy()) == pytest.approx(0.0, abs=1e-9)
 
