@@ -222,7 +222,8 @@ _NOT_HPARAMS = ("summaries.", "fault.", "log_every", "eval_every", "checkpoint_e
                 "data.data_dir", "meta.parallel")
 _HYPERNET_KIND_FIELDS = {
     "mlp": ("hidden", "embedding_dim"),
-    "chunked": ("hidden", "chunk_size", "chunk_emb_dim", "chunk_center"),
+    "chunked": ("hidden", "chunk_size", "chunk_emb_dim", "chunk_center",
+                "chunk_emb_multiplier"),
     "static": ("z_dim", "static_hidden_dim", "slice_channels"),
 }
 _MODEL_FIELDS = {
@@ -424,6 +425,7 @@ def base_config():
   c.hypernet.chunk_size = 1024  # chunked
   c.hypernet.chunk_emb_dim = 32  # chunked
   c.hypernet.chunk_center = True  # chunked: centre the generator's features at init
+  c.hypernet.chunk_emb_multiplier = 1.0  # chunked: Adam steps the chunk embeddings this x faster
   c.hypernet.z_dim = 4         # static (Ha et al. 2016): layer embedding size N_z
   c.hypernet.static_hidden_dim = 0  # static: d (0: d = N_z)
   c.hypernet.slice_channels = (16, 16)  # static: (N_in, N_out) of one basic kernel tile

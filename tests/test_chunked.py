@@ -71,11 +71,12 @@ def test_centring_sets_the_output_bias(center):
     assert np.std(raw.mean(0)) > 0.2  # The shared pattern W_out . mean(h) the centring removes.
 
 
-def test_gradients_match_float64_finite_differences():
+@pytest.mark.parametrize("emb_multiplier", [1.0, 10.0])
+def test_gradients_match_float64_finite_differences(emb_multiplier):
   target = _target("float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,),
-                             dtype="float64", seed=3)
+                             dtype="float64", seed=3, emb_multiplier=emb_multiplier)
   x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
   y = tf.constant([0, 1, 2, 3, 4, 5])
 
@@ -105,6 +106,36 @@ def test_gradients_match_float64_finite_differences():
   assert checked >= 10
 
 
+def test_emb_multiplier_same_function_m_times_faster_adam_step():
+  """The multiplier changes neither the initial embeddings the generator sees nor the
+  generated weights, and the first Adam step moves the effective embeddings m times as far
+  (Adam's first step is lr * g / (|g| + eps), i.e. +-lr for each stored coordinate)."""
+  spec = functional.weight_spec(_target(), "conv*/*,dense*/*,head/*")
+  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1])
+  y = tf.constant([0, 1, 2, 3, 4, 5])
+  moved = {}
+  for m in (1.0, 10.0):
+    hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,), seed=3,
+                               emb_multiplier=m)
+    e0 = hnet.embeddings.numpy()
+    np.testing.assert_allclose(hnet.chunk_embeddings.numpy() * m, e0, rtol=1e-6)
+    if m == 1.0:
+      first_e0, first_w = e0, hnet()
+    else:
+      np.testing.assert_allclose(e0, first_e0, rtol=1e-6)
+      for p, w in hnet().items():
+        np.testing.assert_allclose(w.numpy(), first_w[p].numpy(), rtol=1e-5, atol=1e-6)
+    opt = keras.optimizers.Adam(1e-3, epsilon=1e-12)
+    with tf.GradientTape() as tape:
+      logits = functional.functional_call(_target(), hnet(), x)
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    grads = tape.gradient(loss, hnet.trainable_variables)
+    opt.apply_gradients(zip(grads, hnet.trainable_variables))
+    moved[m] = np.abs(hnet.embeddings.numpy() - e0)
+  np.testing.assert_allclose(moved[1.0], 1e-3, rtol=1e-3)
+  np.testing.assert_allclose(moved[10.0], 1e-2, rtol=1e-3)
+
+
 def test_errors():
   with pytest.raises(ValueError, match="target_spec is empty"):
     ChunkedHypernetwork({})
@@ -113,3 +144,5 @@ def test_errors():
     ChunkedHypernetwork(spec, init="he")
   with pytest.raises(ValueError, match="chunk_size"):
     ChunkedHypernetwork(spec, chunk_size=0)
+  with pytest.raises(ValueError, match="config.hypernet.chunk_emb_multiplier"):
+    ChunkedHypernetwork(spec, emb_multiplier=0.0)
