@@ -105,4 +105,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags)

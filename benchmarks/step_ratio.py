@@ -157,4 +157,5 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags)

@@ -268,4 +268,5 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags)

@@ -37,13 +37,6 @@ from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_OUT = flags.DEFINE_string("out", None, "Output folder (table, plots, run workdirs).",
-                           required=True)
-_PRESET = flags.DEFINE_enum("preset", "full", ["full", "smoke"], "full: 8 configs; smoke: "
-                            "2 configs (tests).")
-_STEPS = flags.DEFINE_integer("steps", None, "Training steps per run (default: 3000 for "
-                              "full, 60 for smoke).")
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds; the table reports mean and std.")
 
 # (name, config file, overrides). Plain CNNs of growing width; chunked hypernetworks of
 # growing size, all generating every weight of the 32-64 CNN of configs/digits_hyper.py.
@@ -183,19 +176,34 @@ def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
   return paths
 
 
+def _define_flags():
+  """Command-line flags, defined only when run as a script: importing this module (the
+  compression frontier imports :func:`command`, tests import it) must not define flags
+  whose names other scripts also use."""
+  flags.DEFINE_string("out", None, "Output folder (table, plots, run workdirs).",
+                      required=True)
+  flags.DEFINE_enum("preset", "full", ["full", "smoke"], "full: 8 configs; smoke: "
+                    "2 configs (tests).")
+  flags.DEFINE_integer("steps", None, "Training steps per run (default: 3000 for "
+                       "full, 60 for smoke).")
+  flags.DEFINE_list("seeds", ["0"], "Seeds; the table reports mean and std.")
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   from hypernet import cli  # pylint: disable=g-import-not-at-top
   cli.quiet_startup(sys.argv)  # TensorFlow's start-up and info lines off.
   logging.set_verbosity(logging.WARNING)
-  os.makedirs(_OUT.value, exist_ok=True)
-  rows = run_sweep(_OUT.value, _PRESET.value, _STEPS.value, [int(s) for s in _SEEDS.value])
-  paths = write_outputs(rows, _OUT.value)
+  f = flags.FLAGS
+  os.makedirs(f.out, exist_ok=True)
+  rows = run_sweep(f.out, f.preset, f.steps, [int(s) for s in f.seeds])
+  paths = write_outputs(rows, f.out)
   print(markdown_table(rows))
   print("\n".join(f"wrote {p}" for p in paths.values()))
 
 
 if __name__ == "__main__":
   from hypernet import cli  # pylint: disable=g-import-not-at-top
+  _define_flags()
   app.run(main, flags_parser=cli.parse_flags)

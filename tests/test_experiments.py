@@ -9,6 +9,7 @@ from absl import flags
 from ml_collections import config_flags
 import numpy as np
 from PIL import Image
+import pytest
 
 from experiments import digits_sweep
 from hypernet import config_lib
@@ -69,11 +70,16 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
   assert os.path.getmtime(os.path.join(rows[1]["workdirs"][0], "final_metrics.json")) == mtime
 
 
-def test_help_exits_0():
+@pytest.mark.parametrize("script", ["digits_sweep", "compression_frontier", "continual",
+                                    "chunked_diagnostics"])
+def test_help_exits_0(script):
+  """Every experiment script starts (its flags do not clash with those of a script it
+  imports: compression_frontier imports digits_sweep)."""
   import subprocess  # pylint: disable=g-import-not-at-top
-  out = subprocess.run([sys.executable, "-m", "experiments.digits_sweep", "--help"], cwd=REPO,
+  out = subprocess.run([sys.executable, "-m", f"experiments.{script}", "--help"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
-  assert out.returncode == 0 and "--out" in out.stdout + out.stderr
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "--" in out.stdout + out.stderr
 
 
 def test_hyper_c128_starts_at_a_chance_level_loss():
