@@ -90,7 +90,8 @@ POINTS = [
 # The chunked points again with the chunk embeddings stepped 10x faster
 # (hypernet.chunk_emb_multiplier, the best of 1-100 at chunked_k2048_e32_h32).
 EMB_MULTIPLIER = 10
-POINTS += [("chunked_emb10", f"{name}_m{EMB_MULTIPLIER}", config,
+EMB_KIND = f"chunked_emb{EMB_MULTIPLIER}"
+POINTS += [(EMB_KIND, f"{name}_m{EMB_MULTIPLIER}", config,
             dict(overrides, **{"hypernet.chunk_emb_multiplier": EMB_MULTIPLIER}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == "chunked"]
 SMOKE = ["direct", "chunked_k1024_e16_h7", "static_z4", "mlp_e1"]
@@ -196,7 +197,8 @@ def plot(rows: Sequence[Mapping], path: str) -> None:
   direct = next(r for r in rows if r["kind"] == "direct")
   fig, ax = plt.subplots(figsize=(7, 4.6), dpi=120)
   styles = {"chunked": ("tab:red", "s", "chunked hypernetwork"),
-            "chunked_emb10": ("tab:orange", "D", "chunked, chunk embeddings stepped 10x"),
+            EMB_KIND: ("tab:orange", "D",
+                       f"chunked, chunk embeddings stepped {EMB_MULTIPLIER}x"),
             "static": ("tab:green", "^", "static hypernetwork"),
             "mlp": ("tab:purple", "o", "MLP hypernetwork")}
   for kind, (color, marker, label) in styles.items():

@@ -30,7 +30,7 @@ def test_points_have_the_stated_compression():
   for kind in ("chunked", "static"):
     assert min(ratios[kind]) <= 0.55 and max(ratios[kind]) >= 10, (kind, ratios[kind])
   assert max(ratios["mlp"]) == pytest.approx(105866 / (1 + 2 * 105866))
-  assert ratios["chunked_emb10"] == ratios["chunked"]  # the multiplier adds no parameter
+  assert ratios[cf.EMB_KIND] == ratios["chunked"]  # the multiplier adds no parameter
 
 
 @pytest.mark.slow
