@@ -193,6 +193,11 @@ def test_crash_resume_writes_each_step_once(tmp_path, monkeypatch):
     train_lib.train_and_evaluate(c, str(tmp_path))
   monkeypatch.setattr(summaries.Writer, "scalars", original)
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-100")
+  # Event files are named events.out.tfevents.<unix second>.<host>.<pid>.<writer count>:
+  # two runs in one second of one process sort by the count as a string ("10" < "9"),
+  # and TensorBoard reads them in that order. A real restart is a new process in a
+  # later second; so is this one.
+  time.sleep(1.05 - time.time() % 1)
   train_lib.train_and_evaluate(c, str(tmp_path))
   raw = [e.step for f in sorted(tf.io.gfile.glob(str(tmp_path / "train" / "events*")))
          for e in tf.compat.v1.train.summary_iterator(f)
