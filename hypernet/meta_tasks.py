@@ -112,10 +112,11 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
 
   stop = np.iinfo(np.int64).max // max(global_batch_size * local, 1)
   ds = tf.data.Dataset.range(start_step * local, stop).map(indices).unbatch()
-  ds = ds.map(task_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  # One meta-batch ready while a step runs is enough (a meta-step takes far longer than
-  # drawing its episodes); an autotuned buffer held several, and memory grew with the
-  # meta-batch size (benchmarks/meta_bench.py).
+  # Episodes drawn one at a time and one meta-batch ready while a step runs: a meta-step
+  # takes far longer than drawing its episodes, and parallel calls and an autotuned
+  # prefetch buffer held several meta-batches, so memory grew with the meta-batch size
+  # (benchmarks/meta_bench.py).
+  ds = ds.map(task_fn, deterministic=True)
   return _with_options(ds.batch(t, drop_remainder=True).prefetch(1))
 
 
