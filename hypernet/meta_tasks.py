@@ -116,7 +116,7 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   # takes far longer than drawing its episodes, and parallel calls and an autotuned
   # prefetch buffer held several meta-batches, so memory grew with the meta-batch size
   # (benchmarks/meta_bench.py).
-  ds = ds.map(task_fn, deterministic=True)
+  ds = ds.map(task_fn)
   return _with_options(ds.batch(t, drop_remainder=True).prefetch(1))
 
 
