@@ -2,12 +2,14 @@
 
 Keras 3's ``BatchNormalization`` on the TensorFlow backend computes a training-mode batch
 norm as separate element-wise ops (moments, subtract, multiply, add), and so does its
-gradient: in the Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, 15 queries)
-those ops took ~40% of the kernel time (profile: 2,600 ``Mul`` and 270 ``Tile`` ops per
-step). TensorFlow's ``FusedBatchNormV3`` does the forward pass in one kernel and its
-registered gradient (``FusedBatchNormGradV3``) the backward pass in another, and both
-run on oneDNN (CPU) or cuDNN (GPU); the meta-step ran 1.4x faster with it
-(``benchmarks/meta_bench.py``, README's benchmark section).
+gradient: in the Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, 15 queries,
+first order, meta-batch 16) those ops took a third of the kernel time (455 of 1,338 ms
+for 2 steps: 1,492 ``Mul``, 535 ``Tile``, ``Sum``, ``SquaredDifference``, ``Mean``...;
+``benchmarks/op_profile.py --unfused``). TensorFlow's ``FusedBatchNormV3`` does the
+forward pass (with the ReLU after it) in one kernel and its registered gradient
+(``FusedBatchNormGradV3``) the backward pass in another, on oneDNN (CPU) or cuDNN (GPU):
+137 ms for the same 2 steps, and meta-steps 1.2-1.5x faster (``benchmarks/op_profile.py``,
+``benchmarks/meta_bench.py``; README's benchmark section).
 
 :func:`fused_batch_norm_scope` (entered by every
 :func:`hypernet.functional.functional_call`) routes a ``BatchNormalization`` call to the
