@@ -39,6 +39,8 @@ from typing import Iterator
 import keras
 import tensorflow as tf
 
+from hypernet import second_order
+
 _state = threading.local()
 _install_lock = threading.Lock()
 _original_call = None
@@ -125,23 +127,16 @@ def fused_batch_norm_scope() -> Iterator[None]:
   """Within the block (this thread), eligible BatchNorm calls use the fused kernel
   (module doc). Re-entrant; outside it Keras behaves as shipped."""
   _install()
-  _state.depth = getattr(_state, "depth", 0) + 1
-  try:
+  with second_order.thread_count(_state, "depth"):
     yield
-  finally:
-    _state.depth -= 1
 
 
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
+def disabled():
   """Within the block (this thread), BatchNorm runs Keras' own code even inside
   functional calls: exact derivatives of every order (with :mod:`hypernet.second_order`'s
-  moments), bit-for-bit Keras values, at the unfused speed. Re-entrant."""
-  _state.off = getattr(_state, "off", 0) + 1
-  try:
-    yield
-  finally:
-    _state.off -= 1
+  moments), bit-for-bit Keras values, at the unfused speed. A re-entrant context
+  manager."""
+  return second_order.thread_count(_state, "off")
 
 
 def is_active() -> bool:

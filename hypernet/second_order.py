@@ -106,17 +106,23 @@ def _dispatching_compute_moments(x, axes, keepdims):
 
 
 @contextlib.contextmanager
-def all_tapes_visible() -> Iterator[None]:
+def thread_count(state: threading.local, name: str) -> Iterator[None]:
+  """Adds 1 to ``state.<name>`` (0 if unset) for the block: a re-entrant per-thread
+  switch, on while the count is positive (here and in :mod:`hypernet.fused_norm`)."""
+  setattr(state, name, getattr(state, name, 0) + 1)
+  try:
+    yield
+  finally:
+    setattr(state, name, getattr(state, name) - 1)
+
+
+def all_tapes_visible():
   """The caller's promise that no tape outside the current ``tf.function`` trace will
   differentiate what runs in the block (this thread), so that the tapes visible in the
   trace tell whether a second derivative can be taken. The train loop's step takes its
   gradients inside its own trace and says so; elsewhere, inside a trace, moments stay
-  exact."""
-  _state.tapes_visible = getattr(_state, "tapes_visible", 0) + 1
-  try:
-    yield
-  finally:
-    _state.tapes_visible -= 1
+  exact. A context manager."""
+  return thread_count(_state, "tapes_visible")
 
 
 def _install() -> None:
@@ -155,11 +161,8 @@ def exact_moments_scope() -> Iterator[None]:
     RuntimeError: the installed Keras lacks the backend function this relies on.
   """
   _install()
-  _state.depth = getattr(_state, "depth", 0) + 1
-  try:
+  with thread_count(_state, "depth"):
     yield
-  finally:
-    _state.depth -= 1
 
 
 # Layer classes whose gradient is defined with stop-gradients by their method, with why.
