@@ -16,8 +16,10 @@ forward pass (with the ReLU after it) in one kernel and its registered gradient
 fused kernel when it is a plain training-mode batch norm over the last axis of a float32
 tensor (after Keras' own upcast of float16 / bfloat16 inputs): ``training=True``, a
 trainable layer, no mask, no ``renorm``, not ``synchronized``. Everything else (float64,
-inference, masks, other axes) runs Keras' own code. The moving statistics are updated as
-Keras does (momentum, biased batch variance).
+inference, masks, other axes, subclasses that redefine ``call`` or ``_moments``) runs
+Keras' own code. The moving statistics are updated as Keras does (momentum, biased batch
+variance) and are differentiable like Keras' (a loss through the returned state, e.g.
+an inference-mode query on adapted statistics, gets the exact gradient).
 
 Derivatives: the first derivative is the fused kernel's analytic gradient; the second
 is TensorFlow's registered gradient of ``FusedBatchNormGradV3``, which differentiates
@@ -34,9 +36,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from hypernet import second_order
@@ -53,6 +56,10 @@ def _bn_class():
 def _fusable(layer, inputs, training, mask) -> bool:
   if not (training is True and layer.trainable and mask is None):
     return False
+  # A subclass that redefines the moments or the call computes something else.
+  cls = type(layer)
+  if cls.call is not _dispatching_call or cls._moments is not _bn_class()._moments:  # pylint: disable=protected-access
+    return False
   if getattr(layer, "renorm", False) or getattr(layer, "synchronized", False):
     return False
   rank = inputs.shape.rank
@@ -63,6 +70,64 @@ def _fusable(layer, inputs, training, mask) -> bool:
     return False
   dtype = keras.backend.result_type(inputs.dtype, "float32")
   return dtype == "float32" and inputs.shape[-1] is not None
+
+
+def _is_zero(t) -> bool:
+  """Whether ``t`` is known, without running anything, to be all zeros (the upstream
+  gradient TensorFlow passes for an output nothing depends on)."""
+  if t is None:
+    return True
+  value = tf.get_static_value(t)
+  return value is not None and not np.any(value)
+
+
+def fused_batch_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor,
+                     epsilon: float) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """Training-mode batch norm of ``x`` ``[N, H, W, C]`` float32 on ``FusedBatchNormV3``.
+
+  Returns ``(y, mean, variance)``: ``y = gamma (x - mean) / sqrt(variance + epsilon) +
+  beta`` with the batch moments over ``N, H, W`` (Ioffe & Szegedy 2015, Alg. 1), and
+  the moments themselves (``variance`` biased, as Keras tracks it; 0 for one value per
+  channel). All three are differentiable with respect to ``x``, ``gamma`` and
+  ``beta``: ``y`` by the kernel's own gradient ``FusedBatchNormGradV3`` (whose
+  registered gradient makes second derivatives exact), the moments by ``1 / n`` and
+  ``2 (x - mean(x)) / n`` (TensorFlow gives the kernel's moment outputs no gradient, so
+  a loss through the moving statistics, e.g. an inference-mode query after adaptation,
+  would otherwise get zero). The moment terms are built only when something depends on
+  the moments.
+  """
+  c = int(x.shape[-1])
+  n_static = x.shape[:3].num_elements()
+
+  @tf.custom_gradient
+  def fused(x, gamma, beta):
+    y, mean, variance, r1, r2, r3 = tf.raw_ops.FusedBatchNormV3(
+        x=x, scale=gamma, offset=beta, mean=tf.zeros([0], tf.float32),
+        variance=tf.zeros([0], tf.float32), epsilon=epsilon, exponential_avg_factor=1.0,
+        data_format="NHWC", is_training=True)
+    # The kernel's batch variance is Bessel-corrected (n - 1); Keras tracks the biased
+    # one. One value per channel: 0, as Keras gives (whatever the kernel divides by).
+    n = tf.cast(tf.size(x) // c, tf.float32)
+    if n_static is not None:
+      variance = variance * ((n_static - 1.0) / n_static) if n_static > 1 else \
+          tf.zeros_like(variance)
+    else:
+      variance = tf.where(n > 1.0, variance * ((n - 1.0) / tf.maximum(n, 1.0)),
+                          tf.zeros_like(variance))
+
+    def grad(dy, dmean, dvariance):
+      dx, dgamma, dbeta, _, _ = tf.raw_ops.FusedBatchNormGradV3(
+          y_backprop=dy, x=x, scale=gamma, reserve_space_1=r1, reserve_space_2=r2,
+          reserve_space_3=r3, epsilon=epsilon, data_format="NHWC", is_training=True)
+      if not _is_zero(dmean):
+        dx += dmean / n
+      if not _is_zero(dvariance):
+        dx += dvariance * (2.0 / n) * (x - tf.reduce_mean(x, [0, 1, 2]))
+      return dx, dgamma, dbeta
+
+    return (y, mean, variance), grad
+
+  return fused(x, gamma, beta)
 
 
 def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
@@ -87,13 +152,7 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
   x4 = x if x.shape.rank == 4 else tf.reshape(x, [shape[0], -1, 1, c])
   gamma = tf.cast(layer.gamma, tf.float32) if layer.scale else tf.ones([c], tf.float32)
   beta = tf.cast(layer.beta, tf.float32) if layer.center else tf.zeros([c], tf.float32)
-  y, mean, variance, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-      x=x4, scale=gamma, offset=beta, mean=tf.zeros([0], tf.float32),
-      variance=tf.zeros([0], tf.float32), epsilon=float(layer.epsilon),
-      exponential_avg_factor=1.0, data_format="NHWC", is_training=True)
-  # The kernel's batch variance is Bessel-corrected (n - 1); Keras tracks the biased one.
-  n = tf.cast(tf.size(x4) // c, tf.float32)
-  variance = variance * ((n - 1.0) / n)
+  y, mean, variance = fused_batch_norm(x4, gamma, beta, float(layer.epsilon))
   momentum = float(layer.momentum)
   layer.moving_mean.assign(
       tf.cast(layer.moving_mean, tf.float32) * momentum + mean * (1.0 - momentum))
@@ -135,7 +194,12 @@ def disabled():
   """Within the block (this thread), BatchNorm runs Keras' own code even inside
   functional calls: exact derivatives of every order (with :mod:`hypernet.second_order`'s
   moments), bit-for-bit Keras values, at the unfused speed. A re-entrant context
-  manager."""
+  manager.
+
+  The choice is made when the call is traced: a ``tf.function`` traced before the
+  block keeps the kernel it was traced with (trace it inside the block). It is per
+  thread: under a ``tf.distribute`` strategy, enter it inside the replica function
+  that ``strategy.run`` calls (replicas run in threads of their own)."""
   return second_order.thread_count(_state, "off")
 
 

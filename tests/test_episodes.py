@@ -147,7 +147,7 @@ def test_episodes_over_omniglot(data_dir):
     assert not np.any(np.all(support[:, None] == query[None], axis=-1))
 
 
-@pytest.mark.parametrize("kind", ["ink", "mnist", "digits", "fine", "signed"])
+@pytest.mark.parametrize("kind", ["ink", "mnist", "digits", "fine", "signed", "signed_zero"])
 def test_episode_images_are_the_source_floats_bit_for_bit(kind):
   """8-bit grey levels are held as uint8 codes into a float32 palette (a quarter of the
   memory); the episodes must still carry exactly the source's float32 values, and data
@@ -158,7 +158,10 @@ def test_episode_images_are_the_source_floats_bit_for_bit(kind):
             "mnist": levels.astype(np.float32) * np.float32(1 / 255),
             "digits": (levels % 17).astype(np.float32) / np.float32(16),
             "fine": rng.random((40, 4, 4, 1), dtype=np.float32),
-            "signed": rng.normal(size=(40, 4, 4, 1)).astype(np.float32)}[kind]
+            "signed": rng.normal(size=(40, 4, 4, 1)).astype(np.float32),
+            # -0.0 == 0.0, but the bits differ: one class of each.
+            "signed_zero": np.where(np.arange(40)[:, None, None, None] < 10, np.float32(-0.0),
+                                    np.float32(0.0)) * np.ones((1, 4, 4, 1), np.float32)}[kind]
   coded = ep._palette_codes(images)
   assert (coded is not None) == (kind in ("ink", "mnist", "digits"))
   if coded is not None:
@@ -172,7 +175,8 @@ def test_episode_images_are_the_source_floats_bit_for_bit(kind):
       got = e[x].numpy()
       assert got.dtype == np.float32
       # Each episode image is one of the source images, bit for bit.
-      matches = (got.reshape(len(got), 1, -1) == images.reshape(1, 40, -1)).all(-1)
+      bits = lambda a: a.view(np.uint32).reshape(a.shape[0], -1)
+      matches = (bits(got)[:, None] == bits(images)[None]).all(-1)
       assert matches.any(axis=1).all()
 
 

@@ -141,3 +141,76 @@ def test_second_order_through_the_fused_kernel_matches_float64_exact():
   assert rel(meta32, meta64) < 10 * rel(meta32k, meta64) + 1e-6
   # Not trivially equal: the fused path really ran a different computation.
   assert rel(meta32, meta32k) > 0
+
+
+def test_gradients_through_the_returned_moving_statistics():
+  """TensorFlow gives the fused kernel's moment outputs no gradient; a loss through the
+  returned state (an inference-mode pass on the adapted statistics) must still get the
+  exact one, first and second order, as in float64 with Keras' code."""
+  def run(dtype):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,), dtype=dtype),
+                              keras.layers.Dense(4, name="d", dtype=dtype),
+                              keras.layers.BatchNormalization(name="bn", momentum=0.5,
+                                                              dtype=dtype)])
+    rng = np.random.default_rng(6)
+    kernel = tf.constant(rng.normal(size=(5, 4)), dtype)
+    x, xq = (tf.constant(rng.normal(1.0, 2.0, (7, 5)), dtype) for _ in range(2))
+    with tf.GradientTape() as outer:
+      outer.watch(kernel)
+      with tf.GradientTape() as inner:
+        inner.watch(kernel)
+        _, state = functional.functional_call(model, {"d/kernel": kernel}, x, training=True,
+                                              return_state=True)
+        yq = functional.functional_call(model, {"d/kernel": kernel}, xq, training=False,
+                                        state=state)
+        loss = tf.reduce_sum(tf.sin(yq))
+      g = inner.gradient(loss, kernel)
+      gg = tf.reduce_sum(g * g)
+    return g.numpy().astype(np.float64), outer.gradient(gg, kernel).numpy().astype(np.float64)
+
+  g32, h32 = run("float32")
+  g64, h64 = run("float64")
+  with fused_norm.disabled():
+    g32k, _ = run("float32")
+  scale = np.abs(g64).max()
+  assert np.abs(g64).min() > 1e-3  # every entry depends on the statistics
+  np.testing.assert_allclose(g32, g64, atol=1e-5 * scale)
+  np.testing.assert_allclose(g32k, g64, atol=1e-5 * scale)
+  np.testing.assert_allclose(h32, h64, atol=1e-4 * np.abs(h64).max())
+
+
+def test_subclass_with_its_own_moments_runs_its_own_code():
+  class ShiftedVarianceBN(keras.layers.BatchNormalization):
+    def _moments(self, inputs, mask):
+      mean, variance = super()._moments(inputs, mask)
+      return mean, variance + 1.0
+
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((4, 4, 3))
+  model = keras.Model(inputs, ShiftedVarianceBN(name="bn")(inputs))
+  x = tf.constant(np.random.default_rng(7).normal(size=(5, 4, 4, 3)), tf.float32)
+
+  def call(x):
+    return functional.functional_call(model, {}, x, training=True, return_state=True)
+
+  assert "FusedBatchNormV3" not in _ops(call, x)
+  y, state = call(x)
+  with fused_norm.disabled():
+    y_ref, state_ref = call(x)
+  np.testing.assert_array_equal(y.numpy(), y_ref.numpy())
+  np.testing.assert_array_equal(state["bn/moving_variance"].numpy(),
+                                state_ref["bn/moving_variance"].numpy())
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (1, 1, 1, 3)])
+def test_one_value_per_channel_gives_zero_batch_variance(shape):
+  model = _bn_model(shape[1:])
+  x = tf.constant(np.random.default_rng(8).normal(size=shape), tf.float32)
+  y, state = functional.functional_call(model, {}, x, training=True, return_state=True)
+  with fused_norm.disabled():
+    y_ref, state_ref = functional.functional_call(model, {}, x, training=True,
+                                                  return_state=True)
+  np.testing.assert_allclose(y.numpy(), y_ref.numpy(), atol=1e-6)
+  np.testing.assert_allclose(state["bn/moving_variance"].numpy(),
+                             state_ref["bn/moving_variance"].numpy(), rtol=1e-6)

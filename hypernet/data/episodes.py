@@ -113,9 +113,11 @@ def _palette_codes(images: np.ndarray):
   Images in [0, 1] that hold 8-bit grey levels (Omniglot, MNIST, Fashion-MNIST, digits:
   at most one float value per ``round(255 x)``) are stored as uint8 codes into a float32
   palette of 256 entries: a quarter of the memory, the same float values after the
-  gather. Anything else (normalised, signed, finer levels) gives ``None``.
+  gather, bit for bit. Anything else (not float32, normalised, signed, finer levels, a
+  negative zero beside a positive one) gives ``None``.
   """
-  if images.size == 0 or not images.min() >= 0 or not images.max() <= 1:
+  if images.dtype != np.float32 or images.size == 0 or not images.min() >= 0 or \
+      not images.max() <= 1:
     return None
   codes = np.empty(images.shape, np.uint8)
   palette = np.zeros(256, np.float32)
@@ -123,8 +125,9 @@ def _palette_codes(images: np.ndarray):
   for i in range(0, len(images), step):
     codes[i:i + step] = np.rint(images[i:i + step] * np.float32(255))
     palette[codes[i:i + step].ravel()] = images[i:i + step].ravel()
-  for i in range(0, len(images), step):
-    if not np.array_equal(palette[codes[i:i + step]], images[i:i + step]):
+  for i in range(0, len(images), step):  # Bit patterns: -0.0 is not 0.0 here.
+    if not np.array_equal(palette[codes[i:i + step]].view(np.uint32),
+                          images[i:i + step].view(np.uint32)):
       return None
   return codes, palette
 
