@@ -15,8 +15,8 @@ rates are medians over the rounds and ratios are taken within the run:
   ``config.meta.parallel_iterations=2`` (two tasks in flight);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
-  task), started from the TF target's initial weights on the same first meta-batches.
-  Skipped with a message when PyTorch is not installed (``pip install -e .[bench]``).
+  task), started from the TF target's initial weights on the same first meta-batches
+  (dumped by a TF process of their own, so that no timed worker holds them). Skipped with a message when PyTorch is not installed (``pip install -e .[bench]``).
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
@@ -123,6 +123,8 @@ def tf_worker(args) -> None:
     build = time.perf_counter() - t0
     built = _rss_mb()
     if args.dump:  # Initial weights and the first meta-batches for the PyTorch side.
+      # A worker given --dump only dumps, in a process of its own: holding the dumped
+      # meta-batches would raise a timed worker's peak memory with the meta-batch size.
       task = trainer.task
       np.savez(os.path.join(args.dump, "weights.npz"), **{
           p.replace("/", "|"): v.numpy()
@@ -134,6 +136,7 @@ def tf_worker(args) -> None:
         json.dump({"num_blocks": len(config.model.conv_widths),
                    "inner_lr": config.meta.inner_lr, "inner_steps": config.meta.inner_steps,
                    "lr": config.optim.lr}, f)
+      return
     if gpu:
       tf.config.experimental.reset_memory_stats("GPU:0")
     t0 = time.perf_counter()
@@ -208,13 +211,17 @@ def torch_worker(args) -> None:
   _serve(run, ready)
 
 
+def _worker_env(extra=None):
+  return dict(os.environ, **(extra or {}), PYTHONPATH=os.pathsep.join(
+      [os.path.join(HERE, ".."), HERE, os.environ.get("PYTHONPATH", "")]))
+
+
 class Worker:
   """A worker subprocess speaking the line protocol of :func:`_serve`."""
 
   def __init__(self, name, argv, env=None):
     self.name = name
-    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
-        [os.path.join(HERE, ".."), HERE, os.environ.get("PYTHONPATH", "")]))
+    env = _worker_env(env)
     self.proc = subprocess.Popen([sys.executable, __file__] + argv, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True, env=env)
     self.ready = self._read()
@@ -250,10 +257,15 @@ def compare(args, order, meta_batch, have_torch) -> None:
   with tempfile.TemporaryDirectory() as dump:
     workers = []
     try:
-      for i, strategy in enumerate(args.strategies.split(",")):
+      # The TF target's initial weights and first meta-batches, for PyTorch (the same
+      # seed gives the timed TF workers the same weights: the first losses agree).
+      subprocess.run([sys.executable, __file__] + _common_argv(args, order, meta_batch)
+                     + ["--worker", "tf", "--dump", dump], check=True,
+                     stdout=subprocess.DEVNULL, env=_worker_env())
+      for strategy in args.strategies.split(","):
         argv = _common_argv(args, order, meta_batch) + ["--worker", "tf", "--strategy",
                                                         strategy]
-        workers.append(Worker(f"tf:{strategy}", argv + (["--dump", dump] if i == 0 else [])))
+        workers.append(Worker(f"tf:{strategy}", argv))
       if have_torch:
         # OpenMP threads that spin while waiting collapse under other jobs' load (1/10
         # of the idle rate measured on the shared 2 cores); passive waiting is what a
