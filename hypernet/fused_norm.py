@@ -29,8 +29,8 @@ layers agrees with the float64 exact one to 1.5e-6 relative, as the unfused path
 gradient treats the batch mean inside the variance as a constant, which only a second
 differentiation sees): for them run in float64, or inside :func:`disabled`, where the
 exact moments of :mod:`hypernet.second_order` apply. The fused forward pass rounds
-differently from Keras' decomposition (max error against float64 ~2x Keras'; both
-~1e-6 of the normalised values at unit scale).
+differently from Keras' decomposition (errors against float64 within 2x of Keras',
+either way; ~1e-6 of the normalised values at unit scale).
 """
 from __future__ import annotations
 

@@ -39,6 +39,11 @@ def test_fused_call_matches_keras_values_and_moving_statistics(shape, scale_cent
     return functional.functional_call(model, {}, x, training=True, return_state=True)
 
   assert "FusedBatchNormV3" in _ops(call, x)
+  assert not fused_norm.is_active()
+  with fused_norm.fused_batch_norm_scope():
+    assert fused_norm.is_active()
+    with fused_norm.disabled():
+      assert not fused_norm.is_active()
   y, state = call(x)
   with fused_norm.disabled():
     assert "FusedBatchNormV3" not in _ops(call, x)
