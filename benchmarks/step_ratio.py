@@ -17,7 +17,11 @@ starting variant rotating), so load from other jobs hits all of them; rates are 
 over ``--repeats`` rounds. Prints steps/s and each variant's step time relative to
 plain Keras (wall and process CPU time); the hypernetwork's is the main figure.
 
-    python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5]
+With BatchNorm in the target (the config's default since the sixth session) the plain
+Keras step runs Keras' element-wise BatchNorm and the functional call the fused kernel
+(``hypernet/fused_norm.py``); ``--nobatch_norm`` times the target without it.
+
+    python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5] [--nobatch_norm]
 """
 import os
 import statistics
@@ -45,6 +49,8 @@ flags.DEFINE_integer("batch_size", 128, "Examples per step.")
 flags.DEFINE_integer("steps", 50, "Steps per timed call.")
 flags.DEFINE_integer("repeats", 5, "Interleaved timed rounds (medians are reported).")
 flags.DEFINE_bool("jit", False, "jit_compile the steps (XLA).")
+flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
+                  "as configs/fashion_mnist_hyper.py, which has it).")
 FLAGS = flags.FLAGS
 
 
@@ -93,14 +99,21 @@ def _task_step(task, variables, optimizer):
   return step
 
 
+def _config(kind):
+  cfg = fashion_mnist_hyper.get_config()
+  cfg.hypernet.kind = kind
+  if FLAGS.batch_norm is not None:
+    cfg.model.batch_norm = FLAGS.batch_norm
+  return cfg
+
+
 def main(_):
   data = _fake_data()
   x = tf.constant(data.x_train[: FLAGS.batch_size], tf.float32) / 255.0
   y = tf.constant(data.y_train[: FLAGS.batch_size])
   batch = {"image": x, "label": y}
 
-  cfg = fashion_mnist_hyper.get_config()
-  cfg.hypernet.kind = "none"
+  cfg = _config("none")
   plain = tasks.ClassificationTask(cfg, data).target
   opt = keras.optimizers.Adam(1e-3)
   opt.build(plain.trainable_variables)
@@ -116,8 +129,7 @@ def main(_):
   runs = {"plain Keras": _loop(keras_step, batch)}
 
   for name, kind in (("identity via functional_call", "none"), ("chunked hypernetwork", "chunked")):
-    cfg = fashion_mnist_hyper.get_config()
-    cfg.hypernet.kind = kind
+    cfg = _config(kind)
     task = tasks.ClassificationTask(cfg, data)
     variables = task.trainable_variables
     opt_h = keras.optimizers.Adam(1e-3)
@@ -128,7 +140,8 @@ def main(_):
 
   if torch_reference.available():
     torch_step = torch_reference.cnn_step(
-        data.image_shape, data.num_classes, cfg.model.conv_widths, cfg.model.dense_widths)
+        data.image_shape, data.num_classes, cfg.model.conv_widths, cfg.model.dense_widths,
+        batch_norm=cfg.model.batch_norm)
     xs, ys = x.numpy(), y.numpy()
 
     def torch_run(n):
@@ -141,7 +154,7 @@ def main(_):
 
   base, base_cpu = results["plain Keras"][:2]
   print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/window, median of {FLAGS.repeats} "
-        f"interleaved rounds, "
+        f"interleaved rounds, BatchNorm={cfg.model.batch_norm}, "
         f"jit={FLAGS.jit}, TF {tf.__version__}, {os.cpu_count()} CPUs")
   print("steps/s of wall time, and of process CPU time (fairer on a shared machine)")
   print(f"{'variant':32s} {'steps/s':>9s} {'ratio':>7s} {'CPU steps/s':>12s} {'CPU ratio':>10s} "

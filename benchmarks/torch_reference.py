@@ -113,17 +113,22 @@ def conv4_maml(weights: Dict[str, np.ndarray], num_blocks: int, *, inner_lr: flo
 
 
 class CNN(nn.Module if torch is not None else object):
-  """``make_cnn``'s conv-ReLU-maxpool blocks, flatten, dense-ReLU layers and head."""
+  """``make_cnn``'s conv-(BatchNorm-)ReLU-maxpool blocks, flatten, dense-ReLU layers and
+  head (``batch_norm``: BatchNorm after each bias-free conv, batch statistics in
+  training, eps 1e-3 as Keras')."""
 
   def __init__(self, input_shape: Sequence[int], num_classes: int,
-               conv_widths: Sequence[int], dense_widths: Sequence[int]):
+               conv_widths: Sequence[int], dense_widths: Sequence[int],
+               batch_norm: bool = False):
     super().__init__()
     h, w, c = input_shape
-    convs = []
+    convs, norms = [], []
     for width in conv_widths:
-      convs.append(nn.Conv2d(c, width, 3, padding=1))
+      convs.append(nn.Conv2d(c, width, 3, padding=1, bias=not batch_norm))
+      norms.append(nn.BatchNorm2d(width, eps=1e-3) if batch_norm else nn.Identity())
       c, h, w = width, h // 2, w // 2
     self.convs = nn.ModuleList(convs)
+    self.norms = nn.ModuleList(norms)
     dense, d = [], c * h * w
     for width in dense_widths:
       dense.append(nn.Linear(d, width))
@@ -132,19 +137,20 @@ class CNN(nn.Module if torch is not None else object):
     self.head = nn.Linear(d, num_classes)
 
   def forward(self, x):
-    for conv in self.convs:
-      x = F.max_pool2d(F.relu(conv(x)), 2)
+    for conv, norm in zip(self.convs, self.norms):
+      x = F.max_pool2d(F.relu(norm(conv(x))), 2)
     x = torch.flatten(x, 1)
     for layer in self.dense:
       x = F.relu(layer(x))
     return self.head(x)
 
 
-def cnn_step(input_shape, num_classes, conv_widths, dense_widths, lr=1e-3) -> Callable:
+def cnn_step(input_shape, num_classes, conv_widths, dense_widths, lr=1e-3,
+             batch_norm: bool = False) -> Callable:
   """A plain PyTorch training step (cross-entropy, Adam) of the ``make_cnn`` target:
   returns ``step(x NHWC numpy, y numpy) -> loss``."""
   torch.manual_seed(0)
-  model = CNN(input_shape, num_classes, conv_widths, dense_widths)
+  model = CNN(input_shape, num_classes, conv_widths, dense_widths, batch_norm)
   optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
   def step(x, y):

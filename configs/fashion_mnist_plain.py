@@ -1,4 +1,5 @@
-"""Baseline for fashion_mnist_hyper: the same target CNN trained directly.
+"""Baseline for fashion_mnist_hyper: the same target CNN (BatchNorm after each conv)
+trained directly.
 
     python -m hypernet.train --config=configs/fashion_mnist_plain.py \
         --workdir=/tmp/hypernet/fmnist_plain --config.data.data_dir=PATH/TO/fashion-mnist
