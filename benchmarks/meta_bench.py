@@ -16,7 +16,8 @@ rates are medians over the rounds and ratios are taken within the run:
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
-  (dumped by a TF process of their own, so that no timed worker holds them). Skipped with a message when PyTorch is not installed (``pip install -e .[bench]``).
+  (dumped by a TF process of their own, so that no timed worker holds them). Skipped
+  with a message when PyTorch is not installed (``pip install -e .[bench]``).
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the

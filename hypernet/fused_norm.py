@@ -49,16 +49,12 @@ _install_lock = threading.Lock()
 _original_call = None
 
 
-def _bn_class():
-  return keras.layers.BatchNormalization
-
-
 def _fusable(layer, inputs, training, mask) -> bool:
   if not (training is True and layer.trainable and mask is None):
     return False
   # A subclass that redefines the moments or the call computes something else.
   cls = type(layer)
-  if cls.call is not _dispatching_call or cls._moments is not _bn_class()._moments:  # pylint: disable=protected-access
+  if cls.call is not _dispatching_call or cls._moments is not keras.layers.BatchNormalization._moments:  # pylint: disable=protected-access
     return False
   if getattr(layer, "renorm", False) or getattr(layer, "synchronized", False):
     return False
@@ -107,11 +103,11 @@ def fused_batch_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor,
         data_format="NHWC", is_training=True)
     # The kernel's batch variance is Bessel-corrected (n - 1); Keras tracks the biased
     # one. One value per channel: 0, as Keras gives (whatever the kernel divides by).
-    n = tf.cast(tf.size(x) // c, tf.float32)
     if n_static is not None:
-      variance = variance * ((n_static - 1.0) / n_static) if n_static > 1 else \
-          tf.zeros_like(variance)
+      n = float(n_static)
+      variance = variance * ((n - 1.0) / n) if n > 1 else tf.zeros_like(variance)
     else:
+      n = tf.cast(tf.size(x) // c, tf.float32)
       variance = tf.where(n > 1.0, variance * ((n - 1.0) / tf.maximum(n, 1.0)),
                           tf.zeros_like(variance))
 
@@ -148,8 +144,7 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
   """
   x = tf.cast(inputs, tf.float32)
   c = int(x.shape[-1])
-  shape = tf.shape(x)
-  x4 = x if x.shape.rank == 4 else tf.reshape(x, [shape[0], -1, 1, c])
+  x4 = x if x.shape.rank == 4 else tf.reshape(x, [tf.shape(x)[0], -1, 1, c])
   gamma = tf.cast(layer.gamma, tf.float32) if layer.scale else tf.ones([c], tf.float32)
   beta = tf.cast(layer.beta, tf.float32) if layer.center else tf.zeros([c], tf.float32)
   y, mean, variance = fused_batch_norm(x4, gamma, beta, float(layer.epsilon))
@@ -159,7 +154,7 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
   layer.moving_variance.assign(
       tf.cast(layer.moving_variance, tf.float32) * momentum + variance * (1.0 - momentum))
   if x.shape.rank != 4:
-    y = tf.reshape(y, shape)
+    y = tf.reshape(y, tf.shape(x))
   return tf.cast(y, layer.compute_dtype)
 
 
@@ -174,7 +169,7 @@ def _install() -> None:
   """Puts the per-thread dispatcher in place of ``BatchNormalization.call`` (once)."""
   global _original_call
   with _install_lock:
-    cls = _bn_class()
+    cls = keras.layers.BatchNormalization
     if cls.call is _dispatching_call:
       return
     _original_call = cls.call
