@@ -16,8 +16,11 @@ rates are medians over the rounds and ratios are taken within the run:
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
-  (dumped by a TF process of their own, so that no timed worker holds them). Skipped
-  with a message when PyTorch is not installed (``pip install -e .[bench]``).
+  (dumped by a TF process of their own, so that no timed worker holds them). One worker
+  per ``--omp_wait_policy`` (default: PyTorch's own spinning OpenMP threads, ``torch``,
+  and ``OMP_WAIT_POLICY=PASSIVE``, ``torch:passive``): spinning is faster on quiet cores,
+  passive under load, and every ratio is to the faster of them. Skipped with a message
+  when PyTorch is not installed (``pip install -e .[bench]``).
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
@@ -30,7 +33,8 @@ memory.
 
   python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot \\
       [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
-      [--steps 3] [--repeats 5] [--queries 15] [--set key=value ...]
+      [--steps 3] [--repeats 5] [--queries 15] [--omp_wait_policy default,PASSIVE]
+      [--set key=value ...]
 """
 import argparse
 import json
@@ -246,6 +250,16 @@ class Worker:
     self.proc.wait()
 
 
+def _policies(spec: str):
+  """``--omp_wait_policy`` as a list; '' (the old spelling of PyTorch's own) is 'default'."""
+  policies = [p.strip() or "default" for p in spec.split(",")] or ["default"]
+  bad = [p for p in policies if p.upper() not in ("DEFAULT", "PASSIVE", "ACTIVE")]
+  if bad:
+    raise SystemExit(f"--omp_wait_policy: unknown value(s) {bad}; use default, PASSIVE "
+                     "or ACTIVE, comma-separated.")
+  return ["default" if p.upper() == "DEFAULT" else p.upper() for p in policies]
+
+
 def _common_argv(args, order, meta_batch):
   return (["--order", order, "--meta_batch", str(meta_batch), "--config", args.config,
            "--data_dir", args.data_dir, "--zips", args.zips, "--queries", str(args.queries),
@@ -268,12 +282,15 @@ def compare(args, order, meta_batch, have_torch) -> None:
                                                         strategy]
         workers.append(Worker(f"tf:{strategy}", argv))
       if have_torch:
-        # OpenMP threads that spin while waiting collapse under other jobs' load (1/10
-        # of the idle rate measured on the shared 2 cores); passive waiting is what a
-        # shared machine needs. --omp_wait_policy="" keeps PyTorch's default.
-        env = {"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}
-        workers.append(Worker("torch", _common_argv(args, order, meta_batch)
-                              + ["--worker", "torch", "--dump", dump], env))
+        # PyTorch's OpenMP threads spin while they wait by default: fastest on quiet
+        # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
+        # shared 2 cores), where passive waiting is fastest. One worker per policy; the
+        # ratios are taken against the faster one.
+        for policy in _policies(args.omp_wait_policy):
+          env = {"OMP_WAIT_POLICY": policy} if policy != "default" else {}
+          name = "torch" if policy == "default" else f"torch:{policy.lower()}"
+          workers.append(Worker(name, _common_argv(args, order, meta_batch)
+                                + ["--worker", "torch", "--dump", dump], env))
       for r in range(args.repeats):
         for k in range(len(workers)):
           workers[(r + k) % len(workers)].run(args.steps)
@@ -281,9 +298,10 @@ def compare(args, order, meta_batch, have_torch) -> None:
       for w in workers:
         w.close()
   rate = {w.name: 1.0 / statistics.median(w.seconds) for w in workers}
-  ref = rate.get("torch")
+  ref = max((r for n, r in rate.items() if n.startswith("torch")), default=None)
   print(f"\n{order} order, meta-batch {meta_batch}: median of {args.repeats} interleaved "
-        f"windows of {args.steps} steps")
+        f"windows of {args.steps} steps; 'vs torch' is the ratio to the faster PyTorch "
+        "worker")
   print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
         f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
         f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s}")
@@ -313,8 +331,10 @@ def main():
   parser.add_argument("--steps", type=int, default=3, help="meta-steps per timed window")
   parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
-  parser.add_argument("--omp_wait_policy", default="PASSIVE",
-                      help="OMP_WAIT_POLICY of the PyTorch worker ('' = its default)")
+  parser.add_argument("--omp_wait_policy", default="default,PASSIVE",
+                      help="comma-separated OMP_WAIT_POLICY values, one PyTorch worker "
+                      "each ('default': PyTorch's own, spinning threads); ratios are to "
+                      "the fastest")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
   # Worker processes (internal).
