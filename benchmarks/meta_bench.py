@@ -11,8 +11,9 @@ rates are medians over the rounds and ratios are taken within the run:
   with ``config.meta.parallel`` = each of ``--strategies`` (``accumulate``: per-task
   meta-gradients summed in a while loop; ``map_fn`` / ``vectorized_map``: one tape over
   the meta-batch); ``bare`` is the public-API step without the Trainer
-  (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@2`` sets
-  ``config.meta.parallel_iterations=2`` (two tasks in flight);
+  (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@N`` sets
+  ``config.meta.parallel_iterations=N`` (N tasks in flight; without ``@N`` the config's
+  default: 2 for first order, 1 for second);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
@@ -175,7 +176,7 @@ def _bare_steps(trainer):
       batch = next(iterator)
       result = meta_batch.meta_batch_gradients(
           task.learner, {k: batch[k] for k in meta_batch.BATCH_KEYS}, variables,
-          parallel_iterations=trainer.config.meta.parallel_iterations)
+          parallel_iterations=trainer.task.tasks_in_flight)
       optimizer.apply(result.variable_grads, variables)
       functional.assign_state(task.target, result.state)
       loss += result.loss

@@ -311,7 +311,8 @@ class MetaLearningTask:
     for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
                  "eval_episodes", "parallel_iterations"):
       value = mc[name]
-      least = min_steps if name == "inner_steps" else 1
+      least = (min_steps if name == "inner_steps" else 0 if name == "parallel_iterations"
+               else 1)
       if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
     if mc.parallel not in meta_batch.STRATEGIES:
@@ -362,6 +363,10 @@ class MetaLearningTask:
           num_support=mc.num_shots, num_query=mc.eval_queries, seed=mc.eval_seed)
     self.source = sources.build_weight_source(config, self.target)
     self.learner = make_learner(config, self.target, loss)
+    # Tasks in flight in the accumulate loop: a first-order task keeps no second-order
+    # graph, so two at once cost little memory and keep both cores busy.
+    self.tasks_in_flight = int(mc.parallel_iterations) or (
+        2 if getattr(self.learner, "first_order", False) else 1)
     self.inner_lr_names = [f"inner_lr/{p}" for p in getattr(self.learner, "inner_lrs", {})]
     base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
         else ["loss", "loss_before"]
@@ -497,7 +502,7 @@ class MetaLearningTask:
     result = meta_batch.meta_batch_gradients(
         self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
         before_metrics=self.train_before_metrics,
-        parallel_iterations=self.config.meta.parallel_iterations)
+        parallel_iterations=self.tasks_in_flight)
     grads = list(result.variable_grads)
     if weights:
       paths = list(weights)

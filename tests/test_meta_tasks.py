@@ -286,3 +286,22 @@ def test_within_alphabet_needs_omniglot():
   c.meta.within_alphabet = True
   with pytest.raises(ValueError, match="config.meta.within_alphabet=True needs class groups"):
     tasks.build_task(c)
+
+
+@pytest.mark.parametrize("learner,given,expected", [
+    ("maml", 0, 1), ("fomaml", 0, 2), ("fomaml", 1, 1), ("maml", 3, 3)])
+def test_tasks_in_flight_default_by_order(learner, given, expected):
+  """``config.meta.parallel_iterations=0`` (the default) keeps one second-order task in
+  flight (its graph is the memory) and two first-order ones; a given value is used."""
+  c = _digits_config()
+  c.meta.learner, c.meta.parallel_iterations = learner, given
+  task = tasks.build_task(c)
+  assert task.learner.first_order == (learner == "fomaml")
+  assert task.tasks_in_flight == expected
+
+
+def test_parallel_iterations_must_be_a_count():
+  c = _digits_config()
+  c.meta.parallel_iterations = -1
+  with pytest.raises(ValueError, match="config.meta.parallel_iterations must be an int >= 0"):
+    tasks.build_task(c)
