@@ -17,11 +17,15 @@ rates are medians over the rounds and ratios are taken within the run:
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
-  (dumped by a TF process of their own, so that no timed worker holds them). One worker
+  (dumped by a TF process of their own, so that no timed worker holds them). Workers
   per ``--omp_wait_policy`` (default: PyTorch's own spinning OpenMP threads, ``torch``,
   and ``OMP_WAIT_POLICY=PASSIVE``, ``torch:passive``): spinning is faster on quiet cores,
-  passive under load, and every ratio is to the faster of them. Skipped with a message
-  when PyTorch is not installed (``pip install -e .[bench]``).
+  passive under load. Skipped with a message when PyTorch is not installed
+  (``pip install -e .[bench]``).
+
+Every implementation runs in ``--processes`` worker processes (default 2; ``#2`` is the
+second): on these 2 cores one PyTorch process ran first-order steps at 0.70 s and the
+next at 1.2 s, each steady. Every ratio is to the fastest PyTorch worker.
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
@@ -35,6 +39,7 @@ memory.
   python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot \\
       [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
       [--steps 3] [--repeats 5] [--queries 15] [--omp_wait_policy default,PASSIVE]
+      [--processes 2]
       [--set key=value ...]
 """
 import argparse
@@ -278,20 +283,25 @@ def compare(args, order, meta_batch, have_torch) -> None:
       subprocess.run([sys.executable, __file__] + _common_argv(args, order, meta_batch)
                      + ["--worker", "tf", "--dump", dump], check=True,
                      stdout=subprocess.DEVNULL, env=_worker_env())
+      # A process's rate can differ from the next process's (PyTorch's first order by
+      # up to 1.7x between processes here, steady within one), so every implementation
+      # runs in --processes processes and is judged by its fastest.
+      suffixes = [""] + [f"#{k}" for k in range(2, args.processes + 1)]
       for strategy in args.strategies.split(","):
         argv = _common_argv(args, order, meta_batch) + ["--worker", "tf", "--strategy",
                                                         strategy]
-        workers.append(Worker(f"tf:{strategy}", argv))
+        workers += [Worker(f"tf:{strategy}{x}", argv) for x in suffixes]
       if have_torch:
         # PyTorch's OpenMP threads spin while they wait by default: fastest on quiet
         # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
-        # shared 2 cores), where passive waiting is fastest. One worker per policy; the
-        # ratios are taken against the faster one.
+        # shared 2 cores), where passive waiting is fastest. Workers for each policy;
+        # the ratios are taken against the fastest PyTorch worker.
         for policy in _policies(args.omp_wait_policy):
           env = {"OMP_WAIT_POLICY": policy} if policy != "default" else {}
           name = "torch" if policy == "default" else f"torch:{policy.lower()}"
-          workers.append(Worker(name, _common_argv(args, order, meta_batch)
-                                + ["--worker", "torch", "--dump", dump], env))
+          workers += [Worker(name + x, _common_argv(args, order, meta_batch)
+                             + ["--worker", "torch", "--dump", dump], env)
+                      for x in suffixes]
       for r in range(args.repeats):
         for k in range(len(workers)):
           workers[(r + k) % len(workers)].run(args.steps)
@@ -301,7 +311,8 @@ def compare(args, order, meta_batch, have_torch) -> None:
   rate = {w.name: 1.0 / statistics.median(w.seconds) for w in workers}
   ref = max((r for n, r in rate.items() if n.startswith("torch")), default=None)
   print(f"\n{order} order, meta-batch {meta_batch}: median of {args.repeats} interleaved "
-        f"windows of {args.steps} steps; 'vs torch' is the ratio to the faster PyTorch "
+        f"windows of {args.steps} steps per worker ({args.processes} process(es) per "
+        "implementation, #k: the k-th); 'vs torch' is the ratio to the fastest PyTorch "
         "worker")
   print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
         f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
@@ -332,6 +343,9 @@ def main():
   parser.add_argument("--steps", type=int, default=3, help="meta-steps per timed window")
   parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
   parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+  parser.add_argument("--processes", type=int, default=2,
+                      help="worker processes per implementation (each timed; the "
+                      "fastest PyTorch one is the reference)")
   parser.add_argument("--omp_wait_policy", default="default,PASSIVE",
                       help="comma-separated OMP_WAIT_POLICY values, one PyTorch worker "
                       "each ('default': PyTorch's own, spinning threads); ratios are to "
@@ -346,6 +360,9 @@ def main():
   parser.add_argument("--dump", default="", help=argparse.SUPPRESS)
   parser.add_argument("--dump_batches", type=int, default=4, help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.processes < 1:
+    parser.error(f"--processes={args.processes}: give 1 or more worker processes per "
+                 "implementation.")
   if args.worker == "tf":
     return tf_worker(args)
   if args.worker == "torch":
