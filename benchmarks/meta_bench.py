@@ -13,7 +13,8 @@ rates are medians over the rounds and ratios are taken within the run:
   the meta-batch); ``bare`` is the public-API step without the Trainer
   (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@N`` sets
   ``config.meta.parallel_iterations=N`` (N tasks in flight; without ``@N`` the config's
-  default: 2 for first order, 1 for second);
+  default, 2, second-order tasks staggered: ``--set meta.staggered=False`` turns that
+  off);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
@@ -181,7 +182,8 @@ def _bare_steps(trainer):
       batch = next(iterator)
       result = meta_batch.meta_batch_gradients(
           task.learner, {k: batch[k] for k in meta_batch.BATCH_KEYS}, variables,
-          parallel_iterations=trainer.task.tasks_in_flight)
+          parallel_iterations=trainer.task.tasks_in_flight,
+          staggered=trainer.task.staggered)
       optimizer.apply(result.variable_grads, variables)
       functional.assign_state(task.target, result.state)
       loss += result.loss

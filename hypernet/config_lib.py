@@ -495,9 +495,12 @@ def base_config():
   # taken in its iteration and summed: memory of one task) | map_fn | vectorized_map
   # (one tape over all tasks; hypernet/meta/meta_batch.py).
   c.meta.parallel = "accumulate"
-  c.meta.parallel_iterations = 0  # accumulate: tasks in flight at once (memory of that
-  # many); 0: 2 for first-order learners (7-9% faster, memory still under PyTorch's),
-  # 1 for second order (benchmarks/meta_bench.py, experiments/RESULTS_meta.md)
+  c.meta.parallel_iterations = 0  # accumulate: tasks in flight at once; 0: 2
+  c.meta.staggered = True  # second order, > 1 task in flight: a task's query pass waits
+  # for the previous task's query gradient, so one query pass's activations are alive
+  # while the previous task's pass back through its inner loop runs beside it (+7-12%
+  # for ~25 MB; unstaggered +15% for ~90 MB). First order is never staggered.
+  # (benchmarks/meta_bench.py, experiments/RESULTS_meta.md)
   c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
   # more query pass per task); evaluation always reports them
   c.meta.mlp_widths = (40, 40)  # sinusoid regressor (ReLU), Finn et al. 2017 Sec. 5.1

@@ -363,10 +363,13 @@ class MetaLearningTask:
           num_support=mc.num_shots, num_query=mc.eval_queries, seed=mc.eval_seed)
     self.source = sources.build_weight_source(config, self.target)
     self.learner = make_learner(config, self.target, loss)
-    # Tasks in flight in the accumulate loop: a first-order task keeps no second-order
-    # graph, so two at once cost little memory and keep both cores busy.
-    self.tasks_in_flight = int(mc.parallel_iterations) or (
-        2 if getattr(self.learner, "first_order", False) else 1)
+    # Tasks in flight in the accumulate loop (config.meta.parallel_iterations, 0: 2).
+    # Two keep both cores busy. Second-order tasks are staggered (config.meta.staggered):
+    # one query pass at a time, beside the previous task's second-order pass, so memory
+    # stays near one task's.
+    self.tasks_in_flight = int(mc.parallel_iterations) or 2
+    self.staggered = bool(mc.get("staggered", True)) and not getattr(
+        self.learner, "first_order", False)
     self.inner_lr_names = [f"inner_lr/{p}" for p in getattr(self.learner, "inner_lrs", {})]
     base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
         else ["loss", "loss_before"]
@@ -502,7 +505,8 @@ class MetaLearningTask:
     result = meta_batch.meta_batch_gradients(
         self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
         before_metrics=self.train_before_metrics,
-        parallel_iterations=self.tasks_in_flight)
+        parallel_iterations=self.tasks_in_flight,
+        staggered=self.staggered)
     grads = list(result.variable_grads)
     if weights:
       paths = list(weights)

@@ -65,10 +65,15 @@ def test_toy_accumulated_meta_gradients_exact(first_order):
   batch, a, b = toy_batch()
   factor = 1.0 if first_order else 0.8
   after = (0.2 * a - b) ** 2
-  for task_weight, expected in ((None, (2 * (0.2 * a - b) * factor).mean()),
-                                (0.5, 0.5 * (2 * (0.2 * a - b) * factor).sum())):
-    result = tf.function(lambda batch, w=task_weight: meta_batch.meta_batch_gradients(
-        learner, batch, model.trainable_variables, task_weight=w, before_metrics=True))(batch)
+  for task_weight, expected, staggered in (
+      (None, (2 * (0.2 * a - b) * factor).mean(), False),
+      (0.5, 0.5 * (2 * (0.2 * a - b) * factor).sum(), False),
+      (None, (2 * (0.2 * a - b) * factor).mean(), True)):
+    result = tf.function(lambda batch, w=task_weight, st=staggered:
+                         meta_batch.meta_batch_gradients(
+                             learner, batch, model.trainable_variables, task_weight=w,
+                             before_metrics=True, parallel_iterations=1 + st,
+                             staggered=st))(batch)
     np.testing.assert_allclose(result.variable_grads[0].numpy().item(), expected, rtol=1e-5)
     np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
     np.testing.assert_allclose(result.per_task["query_loss_after"].numpy(), after, rtol=1e-6)
@@ -161,18 +166,22 @@ def test_conv4_meta_batch_matches_per_task_loop(name):
       np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
                                  err_msg=f"{parallel} {v.path if hasattr(v, 'path') else v.name}")
   # Per-task accumulation: the same values, each task's meta-gradient taken in its loop
-  # iteration.
-  result = tf.function(lambda batch: meta_batch.meta_batch_gradients(
-      learner, batch, variables, before_metrics=True))(batch)
-  np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
-  assert sorted(result.metrics) == sorted(ref_metrics)
-  for k, v in ref_metrics.items():
-    np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
-  for p, v in ref_state.items():
-    np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6, err_msg=p)
-  for v, g, r in zip(variables, result.variable_grads, ref_grads):
-    np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
-                               err_msg=f"accumulate {getattr(v, 'path', v.name)}")
+  # iteration; one task in flight, two, and two staggered (the gradient in two parts).
+  for in_flight, staggered in ((1, False), (2, False), (2, True)):
+    result = tf.function(lambda batch: meta_batch.meta_batch_gradients(
+        learner, batch, variables, before_metrics=True, parallel_iterations=in_flight,
+        staggered=staggered))(batch)
+    how = f"accumulate, {in_flight} in flight, staggered={staggered}"
+    np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
+    assert sorted(result.metrics) == sorted(ref_metrics)
+    for k, v in ref_metrics.items():
+      np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
+    for p, v in ref_state.items():
+      np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6,
+                                 err_msg=p)
+    for v, g, r in zip(variables, result.variable_grads, ref_grads):
+      np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
+                                 err_msg=f"{how} {getattr(v, 'path', v.name)}")
 
 
 def test_meta_batch_hypernetwork_weights_get_gradients():
@@ -205,21 +214,25 @@ def test_meta_batch_hypernetwork_weights_get_gradients():
     if r is not None:
       np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6)
 
-  @tf.function
-  def accumulated(batch):  # The generator runs once; its output's summed gradient is
-    with tf.GradientTape() as tape:  # chained through it once.
-      weights = generate()
-    result = meta_batch.meta_batch_gradients(learner, batch, variables, weights=weights)
-    paths = list(weights)
-    chained = tape.gradient([weights[p] for p in paths], variables,
-                            output_gradients=[result.weight_grads[p] for p in paths])
-    return [c if g is None else g for g, c in zip(result.variable_grads, chained)]
+  for staggered in (False, True):
+    @tf.function
+    def accumulated(batch):  # The generator runs once; its output's summed gradient is
+      with tf.GradientTape() as tape:  # chained through it once.
+        weights = generate()
+      result = meta_batch.meta_batch_gradients(learner, batch, variables, weights=weights,
+                                               parallel_iterations=1 + staggered,
+                                               staggered=staggered)
+      paths = list(weights)
+      chained = tape.gradient([weights[p] for p in paths], variables,
+                              output_gradients=[result.weight_grads[p] for p in paths])
+      return [c if g is None else g for g, c in zip(result.variable_grads, chained)]
 
-  grads = accumulated(batch)
-  assert all(grads[i] is None for i in head)
-  for g, r in zip(grads, ref_grads):
-    if r is not None:
-      np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6)
+    grads = accumulated(batch)
+    assert all(grads[i] is None for i in head)
+    for g, r in zip(grads, ref_grads):
+      if r is not None:
+        np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
+                                   err_msg=f"staggered={staggered}")
 
 
 def test_meta_batch_bad_input():

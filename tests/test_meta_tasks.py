@@ -288,16 +288,19 @@ def test_within_alphabet_needs_omniglot():
     tasks.build_task(c)
 
 
-@pytest.mark.parametrize("learner,given,expected", [
-    ("maml", 0, 1), ("fomaml", 0, 2), ("fomaml", 1, 1), ("maml", 3, 3)])
-def test_tasks_in_flight_default_by_order(learner, given, expected):
-  """``config.meta.parallel_iterations=0`` (the default) keeps one second-order task in
-  flight (its graph is the memory) and two first-order ones; a given value is used."""
+@pytest.mark.parametrize("learner,given,staggered,expected", [
+    ("maml", 0, True, (2, True)), ("fomaml", 0, True, (2, False)),
+    ("maml", 0, False, (2, False)), ("fomaml", 1, True, (1, False)),
+    ("maml", 3, True, (3, True))])
+def test_tasks_in_flight_and_staggering(learner, given, staggered, expected):
+  """``config.meta.parallel_iterations=0`` (the default) puts two tasks in flight; a
+  given value is used. Only second-order tasks are staggered, and only when asked."""
   c = _digits_config()
   c.meta.learner, c.meta.parallel_iterations = learner, given
+  c.meta.staggered = staggered
   task = tasks.build_task(c)
   assert task.learner.first_order == (learner == "fomaml")
-  assert task.tasks_in_flight == expected
+  assert (task.tasks_in_flight, task.staggered) == expected
 
 
 def test_parallel_iterations_must_be_a_count():

@@ -221,7 +221,8 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
                          state: Optional[Weights] = None, task_weight=None,
                          query_training: Optional[bool] = True,
                          accuracy: Optional[bool] = None, before_metrics: bool = False,
-                         parallel_iterations: int = 1) -> MetaBatchGradients:
+                         parallel_iterations: int = 1,
+                         staggered: bool = False) -> MetaBatchGradients:
   """Meta-gradients of a meta-batch, accumulated task by task in a ``tf.while_loop``.
 
   For task ``t`` (support/query as in the module doc): fast weights from
@@ -254,6 +255,13 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
       pass per task, not differentiated); off by default here.
     parallel_iterations: tasks in flight at once (1: memory of one task; more may overlap
       one task's forward pass with another's backward pass, with that many tasks' memory).
+    staggered: with ``parallel_iterations > 1``, a task's query pass waits until the
+      previous task's query gradient is done, so only one task's query activations (the
+      large ones) are alive at a time, while the previous task's second-order pass back
+      through its inner loop (many small ops on the small support set) runs beside it.
+      The task's gradient is then taken in two parts, the same chain rule: ``g`` =
+      ``dL/d(fast weights)`` and the direct ``dL/d(sources)`` by a tape over the query
+      pass alone, then ``g`` back through the inner loop by a tape over the adaptation.
 
   Returns:
     A :class:`MetaBatchGradients`.
@@ -288,20 +296,50 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   # The sources of the gradient and, at trace time, which of them any loss depends on.
   connected: List[bool] = []
 
-  def one_task(i):
+  def one_task(i, token=None):
     sx, sy, qx, qy = (tf.gather(batch[k], i) for k in BATCH_KEYS)
+    sources = [weights[p] for p in weight_paths] + variables
     # Watches the trainable variables read in the task (the gradient is asked for
     # ``variables`` only) and the given weights.
-    with tf.GradientTape() as tape:
-      tape.watch([weights[p] for p in weight_paths])
-      init = learner.initial_weights(weights)
-      fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
-      out_after, task_state = functional.functional_call(
-          model, fast, qx, training=query_training, return_state=True, state=task_state)
-      loss = loss_fn(qy, out_after)
-      scaled = loss * tf.cast(task_weight, loss.dtype)
-    sources = [weights[p] for p in weight_paths] + variables
-    grads = tape.gradient(scaled, sources)
+    if token is None:
+      with tf.GradientTape() as tape:
+        tape.watch([weights[p] for p in weight_paths])
+        init = learner.initial_weights(weights)
+        fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+        out_after, task_state = functional.functional_call(
+            model, fast, qx, training=query_training, return_state=True, state=task_state)
+        loss = loss_fn(qy, out_after)
+        scaled = loss * tf.cast(task_weight, loss.dtype)
+      grads = tape.gradient(scaled, sources)
+      token_out = None
+    else:
+      with tf.GradientTape() as tape:  # the adaptation only
+        tape.watch([weights[p] for p in weight_paths])
+        init = learner.initial_weights(weights)
+        fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+      fast_paths = list(fast)
+      # The query pass sees the fast weights as constants it watches, and waits for the
+      # previous task's query gradient (``token``).
+      fixed = {p: tf.stop_gradient(fast[p]) for p in fast_paths}
+      with tf.control_dependencies([token]):
+        qx = tf.identity(qx)
+      with tf.GradientTape() as query_tape:
+        query_tape.watch([fixed[p] for p in fast_paths] + [weights[p] for p in weight_paths])
+        out_after, task_state = functional.functional_call(
+            model, fixed, qx, training=query_training, return_state=True, state=task_state)
+        loss = loss_fn(qy, out_after)
+        scaled = loss * tf.cast(task_weight, loss.dtype)
+      parts = query_tape.gradient(scaled, [fixed[p] for p in fast_paths] + sources)
+      fast_grads, direct = parts[:len(fast_paths)], parts[len(fast_paths):]
+      pairs = [(fast[p], g) for p, g in zip(fast_paths, fast_grads) if g is not None]
+      through = (tape.gradient([t for t, _ in pairs], sources,
+                               output_gradients=[g for _, g in pairs])
+                 if pairs else [None] * len(sources))
+      grads = [a if b is None else b if a is None else a + b
+               for a, b in zip(direct, through)]
+      with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
+                                    for _, g in pairs]):
+        token_out = tf.identity(token)
     if not connected:
       connected.extend(g is not None for g in grads)
     grads = [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
@@ -309,7 +347,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     grads = [tf.cast(g, s.dtype) for s, g in zip(sources, grads)]
     result = _query_metrics(model, loss_fn, qx, qy, out_after, tf.stop_gradient(loss), init,
                             state, query_training, before_metrics, accuracy, loss.dtype)
-    return grads, result, {p: task_state[p] for p in state}
+    return grads, result, {p: task_state[p] for p in state}, token_out
 
   # Per-task metrics in the weights' dtype (float64 models give float64 losses).
   sources0 = [weights[p] for p in weight_paths] + variables
@@ -322,18 +360,22 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   arrays0 = {k: tf.TensorArray(dtype, size=num_tasks, element_shape=[])
              for k in metric_names}
 
-  def body(i, acc, state_sum, state_first, arrays):
-    grads, result, task_state = one_task(i)
+  stagger = bool(staggered) and parallel_iterations > 1
+
+  def body(i, acc, state_sum, state_first, arrays, token):
+    grads, result, task_state, token = one_task(i, token if stagger else None)
     acc = [a + g for a, g in zip(acc, grads)]
     state_sum = {p: state_sum[p] + task_state[p] for p in state_sum}
     state_first = {p: tf.where(tf.equal(i, 0), task_state[p], state_first[p])
                    for p in state_first}
     arrays = {k: arrays[k].write(i, tf.cast(result[k], dtype)) for k in arrays}
-    return i + 1, acc, state_sum, state_first, arrays
+    return (i + 1, acc, state_sum, state_first, arrays,
+            token if stagger else tf.zeros([], tf.float32))
 
-  _, acc, state_sum, state_first, arrays = tf.while_loop(
+  _, acc, state_sum, state_first, arrays, _ = tf.while_loop(
       lambda i, *_: i < num_tasks, body,
-      (tf.constant(0, tf.int32), acc0, state_sum0, state_first0, arrays0),
+      (tf.constant(0, tf.int32), acc0, state_sum0, state_first0, arrays0,
+       tf.zeros([], tf.float32)),
       parallel_iterations=parallel_iterations)
   per_task = {k: a.stack() for k, a in arrays.items()}
   metrics = {k: tf.reduce_mean(v) for k, v in per_task.items()}
