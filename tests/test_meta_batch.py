@@ -138,6 +138,20 @@ LEARNERS = {
 }
 
 
+def _assert_matches(result, grads, reference_values, variables, how):
+  """``result`` (loss, metrics, state) and ``grads`` equal the per-task reference."""
+  ref_loss, ref_metrics, ref_state, ref_grads = reference_values
+  np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
+  assert sorted(result.metrics) == sorted(ref_metrics)
+  for k, v in ref_metrics.items():
+    np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
+  for p, v in ref_state.items():
+    np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6, err_msg=p)
+  for v, g, r in zip(variables, grads, ref_grads):
+    np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
+                               err_msg=f"{how} {getattr(v, 'path', v.name)}")
+
+
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_conv4_meta_batch_matches_per_task_loop(name):
   keras.utils.set_random_seed(0)
@@ -145,7 +159,7 @@ def test_conv4_meta_batch_matches_per_task_loop(name):
   learner = LEARNERS[name](model)
   variables = model.trainable_variables + list(learner.trainable_variables)
   batch = synthetic_fewshot_batch()
-  ref_loss, ref_metrics, ref_state, ref_grads = reference(learner, batch, variables)
+  expected = reference(learner, batch, variables)
   # vectorized_map is checked on second-order MAML only, to keep the file fast.
   for parallel in meta_batch.PARALLEL if name == "maml" else ("map_fn",):
     @tf.function
@@ -155,33 +169,15 @@ def test_conv4_meta_batch_matches_per_task_loop(name):
       return result, tape.gradient(result.loss, variables)
 
     result, grads = step(batch)
-    np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
-    assert sorted(result.metrics) == sorted(ref_metrics)
-    for k, v in ref_metrics.items():
-      np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
-    for p, v in ref_state.items():
-      np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6,
-                                 err_msg=p)
-    for v, g, r in zip(variables, grads, ref_grads):
-      np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
-                                 err_msg=f"{parallel} {v.path if hasattr(v, 'path') else v.name}")
+    _assert_matches(result, grads, expected, variables, parallel)
   # Per-task accumulation: the same values, each task's meta-gradient taken in its loop
   # iteration; one task in flight, two, and two staggered (the gradient in two parts).
   for in_flight, staggered in ((1, False), (2, False), (2, True)):
     result = tf.function(lambda batch: meta_batch.meta_batch_gradients(
         learner, batch, variables, before_metrics=True, parallel_iterations=in_flight,
         staggered=staggered))(batch)
-    how = f"accumulate, {in_flight} in flight, staggered={staggered}"
-    np.testing.assert_allclose(result.loss.numpy(), ref_loss.numpy(), rtol=1e-5)
-    assert sorted(result.metrics) == sorted(ref_metrics)
-    for k, v in ref_metrics.items():
-      np.testing.assert_allclose(result.metrics[k].numpy(), v, rtol=1e-5, err_msg=k)
-    for p, v in ref_state.items():
-      np.testing.assert_allclose(result.state[p].numpy(), v, rtol=1e-5, atol=1e-6,
-                                 err_msg=p)
-    for v, g, r in zip(variables, result.variable_grads, ref_grads):
-      np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=2e-4, atol=2e-6,
-                                 err_msg=f"{how} {getattr(v, 'path', v.name)}")
+    _assert_matches(result, result.variable_grads, expected, variables,
+                    f"accumulate, {in_flight} in flight, staggered={staggered}")
 
 
 def test_meta_batch_hypernetwork_weights_get_gradients():
