@@ -260,8 +260,10 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
       large ones) are alive at a time, while the previous task's second-order pass back
       through its inner loop (many small ops on the small support set) runs beside it.
       The task's gradient is then taken in two parts, the same chain rule: ``g`` =
-      ``dL/d(fast weights)`` and the direct ``dL/d(sources)`` by a tape over the query
-      pass alone, then ``g`` back through the inner loop by a tape over the adaptation.
+      ``dL/d(fast weights, adapted float state)`` and the direct ``dL/d(sources)`` by a
+      tape over the query pass alone, then ``g`` back through the inner loop by a tape
+      over the adaptation. Meant for second order (first order has no pass back
+      through the inner loop to overlap; unstaggered tasks overlap fully).
 
   Returns:
     A :class:`MetaBatchGradients`.
@@ -317,25 +319,36 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
         tape.watch([weights[p] for p in weight_paths])
         init = learner.initial_weights(weights)
         fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
-      fast_paths = list(fast)
-      # The query pass sees the fast weights as constants it watches, and waits for the
+      # What the query pass takes from the adaptation: the fast weights and the float
+      # state (moving statistics the inner steps updated, which a query pass with
+      # training=False reads). It sees them as constants it watches, and waits for the
       # previous task's query gradient (``token``).
-      fixed = {p: tf.stop_gradient(fast[p]) for p in fast_paths}
+      adapted = dict(fast)
+      adapted.update({f"state:{p}": t for p, t in (task_state or {}).items()
+                      if t.dtype.is_floating})
+      keys = list(adapted)
+      fixed = {k: tf.stop_gradient(adapted[k]) for k in keys}
+      fixed_state = None if task_state is None else dict(task_state)
+      if fixed_state is not None:
+        fixed_state.update({k[len("state:"):]: t for k, t in fixed.items()
+                            if k.startswith("state:")})
       with tf.control_dependencies([token]):
         qx = tf.identity(qx)
       with tf.GradientTape() as query_tape:
-        query_tape.watch([fixed[p] for p in fast_paths] + [weights[p] for p in weight_paths])
+        query_tape.watch([fixed[k] for k in keys] + [weights[p] for p in weight_paths])
         out_after, task_state = functional.functional_call(
-            model, fixed, qx, training=query_training, return_state=True, state=task_state)
+            model, {p: fixed[p] for p in fast}, qx, training=query_training,
+            return_state=True, state=fixed_state)
         loss = loss_fn(qy, out_after)
         scaled = loss * tf.cast(task_weight, loss.dtype)
-      parts = query_tape.gradient(scaled, [fixed[p] for p in fast_paths] + sources)
-      fast_grads, direct = parts[:len(fast_paths)], parts[len(fast_paths):]
-      pairs = [(fast[p], g) for p, g in zip(fast_paths, fast_grads) if g is not None]
+      parts = query_tape.gradient(scaled, [fixed[k] for k in keys] + sources)
+      pairs = [(adapted[k], g) for k, g in zip(keys, parts[:len(keys)]) if g is not None]
+      direct = parts[len(keys):]
       through = (tape.gradient([t for t, _ in pairs], sources,
                                output_gradients=[g for _, g in pairs])
                  if pairs else [None] * len(sources))
-      grads = [a if b is None else b if a is None else a + b
+      grads = [a if b is None else b if a is None
+               else tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
                for a, b in zip(direct, through)]
       with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
                                     for _, g in pairs]):
