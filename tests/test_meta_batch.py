@@ -290,14 +290,11 @@ def test_staggered_equals_unstaggered_where_the_query_pass_reads_adapted_state()
   query pass reads the BatchNorm moving statistics the inner steps updated (functions
   of the weights): their gradient must go back through the inner loop too. Float64,
   every second-order learner, against the one-tape path and a finite difference."""
-  keras.backend.set_floatx("float64")
-  try:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="d1"),
-                              keras.layers.BatchNormalization(name="bn"),
-                              keras.layers.Dense(3, name="head")])
-  finally:
-    keras.backend.set_floatx("float32")
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6,), dtype="float64"),
+                            keras.layers.Dense(5, name="d1", dtype="float64"),
+                            keras.layers.BatchNormalization(name="bn", dtype="float64"),
+                            keras.layers.Dense(3, name="head", dtype="float64")])
   rng = np.random.default_rng(0)
   y = tf.constant(np.tile(np.arange(3), [2, 2]), tf.int32)
   batch = {"support_x": tf.constant(rng.normal(size=(2, 6, 6))), "support_y": y,
