@@ -25,8 +25,9 @@ rates are medians over the rounds and ratios are taken within the run:
   (``pip install -e .[bench]``).
 
 Every implementation runs in ``--processes`` worker processes (default 2; ``#2`` is the
-second): on these 2 cores one PyTorch process ran first-order steps at 0.70 s and the
-next at 1.2 s, each steady. Every ratio is to the fastest PyTorch worker.
+second). PyTorch's rate changes from process to process, each steady: first order at
+meta-batch 32 ran at 1.430 and 0.929 steps/s in the two processes of one run
+(experiments/RESULTS_meta.md). Every ratio is to the fastest PyTorch worker.
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
@@ -349,9 +350,9 @@ def main():
                       help="worker processes per implementation (each timed; the "
                       "fastest PyTorch one is the reference)")
   parser.add_argument("--omp_wait_policy", default="default,PASSIVE",
-                      help="comma-separated OMP_WAIT_POLICY values, one PyTorch worker "
-                      "each ('default': PyTorch's own, spinning threads); ratios are to "
-                      "the fastest")
+                      help="comma-separated OMP_WAIT_POLICY values, --processes PyTorch "
+                      "workers each ('default': PyTorch's own, spinning threads); ratios "
+                      "are to the fastest")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
   # Worker processes (internal).
