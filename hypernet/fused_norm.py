@@ -159,8 +159,7 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
 
 
 def _dispatching_call(self, inputs, training=None, mask=None):
-  if getattr(_state, "depth", 0) > 0 and not getattr(_state, "off", 0) and \
-      _fusable(self, inputs, training, mask):
+  if is_active() and _fusable(self, inputs, training, mask):
     return fused_batch_norm_call(self, inputs)
   return _original_call(self, inputs, training=training, mask=mask)
 

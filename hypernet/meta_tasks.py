@@ -512,8 +512,7 @@ class MetaLearningTask:
       paths = list(weights)
       chained = tape.gradient([weights[p] for p in paths], variables,
                               output_gradients=[result.weight_grads[p] for p in paths])
-      grads = [b if a is None else a if b is None else a + b
-               for a, b in zip(grads, chained)]
+      grads = [meta_batch.sum_gradients(a, b) for a, b in zip(grads, chained)]
     after = result.per_task["query_loss_after"]
     loss = tf.reduce_sum(after) / tf.cast(global_batch_size, after.dtype)
     return loss, self._train_sums(result.per_task), result.state, grads

@@ -56,6 +56,14 @@ PARALLEL = ("map_fn", "vectorized_map")
 STRATEGIES = ("accumulate",) + PARALLEL
 
 
+def sum_gradients(a, b):
+  """``a + b`` for two gradients of one source, either of which may be ``None`` (no
+  path) or ``tf.IndexedSlices`` (a gathered variable; densified before adding)."""
+  if a is None or b is None:
+    return b if a is None else a
+  return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
+
+
 class MetaBatchResult(NamedTuple):
   """What :func:`meta_batch_loss` returns.
 
@@ -323,33 +331,27 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
       # state (moving statistics the inner steps updated, which a query pass with
       # training=False reads). It sees them as constants it watches, and waits for the
       # previous task's query gradient (``token``).
-      adapted = dict(fast)
-      adapted.update({f"state:{p}": t for p, t in (task_state or {}).items()
-                      if t.dtype.is_floating})
-      keys = list(adapted)
-      fixed = {k: tf.stop_gradient(adapted[k]) for k in keys}
-      fixed_state = None if task_state is None else dict(task_state)
-      if fixed_state is not None:
-        fixed_state.update({k[len("state:"):]: t for k, t in fixed.items()
-                            if k.startswith("state:")})
+      float_state = {p: t for p, t in (task_state or {}).items() if t.dtype.is_floating}
+      adapted = list(fast.values()) + list(float_state.values())
+      fixed = [tf.stop_gradient(t) for t in adapted]
+      fixed_fast = dict(zip(fast, fixed))
+      query_state = None if task_state is None else {
+          **task_state, **dict(zip(float_state, fixed[len(fast):]))}
       with tf.control_dependencies([token]):
         qx = tf.identity(qx)
       with tf.GradientTape() as query_tape:
-        query_tape.watch([fixed[k] for k in keys] + [weights[p] for p in weight_paths])
+        query_tape.watch(fixed + [weights[p] for p in weight_paths])
         out_after, task_state = functional.functional_call(
-            model, {p: fixed[p] for p in fast}, qx, training=query_training,
-            return_state=True, state=fixed_state)
+            model, fixed_fast, qx, training=query_training, return_state=True,
+            state=query_state)
         loss = loss_fn(qy, out_after)
         scaled = loss * tf.cast(task_weight, loss.dtype)
-      parts = query_tape.gradient(scaled, [fixed[k] for k in keys] + sources)
-      pairs = [(adapted[k], g) for k, g in zip(keys, parts[:len(keys)]) if g is not None]
-      direct = parts[len(keys):]
+      parts = query_tape.gradient(scaled, fixed + sources)
+      pairs = [(t, g) for t, g in zip(adapted, parts[:len(adapted)]) if g is not None]
       through = (tape.gradient([t for t, _ in pairs], sources,
                                output_gradients=[g for _, g in pairs])
                  if pairs else [None] * len(sources))
-      grads = [a if b is None else b if a is None
-               else tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
-               for a, b in zip(direct, through)]
+      grads = [sum_gradients(a, b) for a, b in zip(parts[len(adapted):], through)]
       with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
                                     for _, g in pairs]):
         token_out = tf.identity(token)
