@@ -21,13 +21,18 @@ rates are medians over the rounds and ratios are taken within the run:
   (dumped by a TF process of their own, so that no timed worker holds them). Workers
   per ``--omp_wait_policy`` (default: PyTorch's own spinning OpenMP threads, ``torch``,
   and ``OMP_WAIT_POLICY=PASSIVE``, ``torch:passive``): spinning is faster on quiet cores,
-  passive under load. Skipped with a message when PyTorch is not installed
+  passive under load. And per ``--torch_malloc``: glibc's ``malloc`` as it comes
+  (``default``), and keeping freed memory for reuse (``keep``, ``torch:keep``:
+  :func:`torch_reference.keep_freed_memory`, glibc's counterpart of the jemalloc /
+  tcmalloc that PyTorch's CPU tuning guide preloads). As it comes, PyTorch's tensors
+  page-fault on fresh ``mmap``'d memory: 124,000+ faults per first-order meta-step, and
+  a rate that changes from process to process (first order at meta-batch 32: 1.430 and
+  0.929 steps/s in the two processes of one run, experiments/RESULTS_meta.md) with the
+  order of its first large frees. Skipped with a message when PyTorch is not installed
   (``pip install -e .[bench]``).
 
 Every implementation runs in ``--processes`` worker processes (default 2; ``#2`` is the
-second). PyTorch's rate changes from process to process, each steady: first order at
-meta-batch 32 ran at 1.430 and 0.929 steps/s in the two processes of one run
-(experiments/RESULTS_meta.md). Every ratio is to the fastest PyTorch worker.
+second). Every ratio is to the fastest PyTorch worker.
 
 Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
 (TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
@@ -41,7 +46,7 @@ memory.
   python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot \\
       [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
       [--steps 3] [--repeats 5] [--queries 15] [--omp_wait_policy default,PASSIVE]
-      [--processes 2]
+      [--torch_malloc default,keep] [--processes 2]
       [--set key=value ...]
 """
 import argparse
@@ -195,6 +200,8 @@ def _bare_steps(trainer):
 def torch_worker(args) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch_reference  # pylint: disable=g-import-not-at-top
+  if args.malloc_keep and not torch_reference.keep_freed_memory():
+    raise SystemExit("--torch_malloc=keep needs glibc (mallopt); drop it here.")
   baseline = _rss_mb()  # (The config is not loaded here: that would import TF.)
   with open(os.path.join(args.dump, "hparams.json")) as f:
     hp = json.load(f)
@@ -269,6 +276,16 @@ def _policies(spec: str):
   return ["default" if p.upper() == "DEFAULT" else p.upper() for p in policies]
 
 
+def _mallocs(spec: str):
+  """``--torch_malloc`` as a list of 'default' / 'keep'."""
+  mallocs = [m.strip().lower() or "default" for m in spec.split(",")]
+  bad = [m for m in mallocs if m not in ("default", "keep")]
+  if bad:
+    raise SystemExit(f"--torch_malloc: unknown value(s) {bad}; use default (glibc's own) "
+                     "or keep (freed memory kept for reuse), comma-separated.")
+  return mallocs
+
+
 def _common_argv(args, order, meta_batch):
   return (["--order", order, "--meta_batch", str(meta_batch), "--config", args.config,
            "--data_dir", args.data_dir, "--zips", args.zips, "--queries", str(args.queries),
@@ -299,12 +316,17 @@ def compare(args, order, meta_batch, have_torch) -> None:
         # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
         # shared 2 cores), where passive waiting is fastest. Workers for each policy;
         # the ratios are taken against the fastest PyTorch worker.
+        # With glibc's default malloc PyTorch's tensors page-fault on fresh mmap'd memory
+        # (torch_reference.keep_freed_memory): workers per --torch_malloc too.
         for policy in _policies(args.omp_wait_policy):
-          env = {"OMP_WAIT_POLICY": policy} if policy != "default" else {}
-          name = "torch" if policy == "default" else f"torch:{policy.lower()}"
-          workers += [Worker(name + x, _common_argv(args, order, meta_batch)
-                             + ["--worker", "torch", "--dump", dump], env)
-                      for x in suffixes]
+          for malloc in _mallocs(args.torch_malloc):
+            env = {"OMP_WAIT_POLICY": policy} if policy != "default" else {}
+            name = "torch" + ("" if policy == "default" else f":{policy.lower()}") + (
+                ":keep" if malloc == "keep" else "")
+            argv = _common_argv(args, order, meta_batch) + [
+                "--worker", "torch", "--dump", dump] + (
+                    ["--malloc_keep"] if malloc == "keep" else [])
+            workers += [Worker(name + x, argv, env) for x in suffixes]
       for r in range(args.repeats):
         for k in range(len(workers)):
           workers[(r + k) % len(workers)].run(args.steps)
@@ -353,6 +375,11 @@ def main():
                       help="comma-separated OMP_WAIT_POLICY values, --processes PyTorch "
                       "workers each ('default': PyTorch's own, spinning threads); ratios "
                       "are to the fastest")
+  parser.add_argument("--torch_malloc", default="default,keep",
+                      help="comma-separated: 'default' (glibc's malloc as it comes) and "
+                      "'keep' (freed memory kept for reuse, torch_reference."
+                      "keep_freed_memory; worker names ':keep'), --processes PyTorch "
+                      "workers each per --omp_wait_policy value")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
   # Worker processes (internal).
@@ -362,6 +389,7 @@ def main():
   parser.add_argument("--strategy", default="accumulate", help=argparse.SUPPRESS)
   parser.add_argument("--dump", default="", help=argparse.SUPPRESS)
   parser.add_argument("--dump_batches", type=int, default=4, help=argparse.SUPPRESS)
+  parser.add_argument("--malloc_keep", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.processes < 1:
     parser.error(f"--processes={args.processes}: give 1 or more worker processes per "
@@ -377,6 +405,7 @@ def main():
     have_torch = torch_reference.available()
     if not have_torch:
       print(torch_reference.MISSING)
+  _policies(args.omp_wait_policy), _mallocs(args.torch_malloc)  # Bad values fail here.
   print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
   for order in args.orders.split(","):
     for meta_batch in (int(b) for b in args.meta_batches.split(",")):

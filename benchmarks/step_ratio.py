@@ -11,6 +11,9 @@ training steps each compiled once in a ``tf.function`` that runs ``--steps`` ste
 * PyTorch (when installed, ``pip install -e .[bench]``): the same CNN as a plain
   ``nn.Module`` step with Adam (``benchmarks/torch_reference.py``), ``--steps`` steps
   per window in a Python loop, OpenMP threads waiting passively (``OMP_WAIT_POLICY``).
+  With glibc's malloc as it comes PyTorch's tensors page-fault on fresh memory;
+  ``--malloc_keep`` keeps freed memory for reuse, for the whole process (its rate rose
+  ~1.5x in one run here), as jemalloc / tcmalloc would.
 
 The variants are timed in interleaved windows (round r runs every variant once, the
 starting variant rotating), so load from other jobs hits all of them; rates are medians
@@ -22,6 +25,7 @@ Keras step runs Keras' element-wise BatchNorm and the functional call the fused 
 (``hypernet/fused_norm.py``); ``--nobatch_norm`` times the target without it.
 
     python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5] [--nobatch_norm]
+        [--malloc_keep]
 """
 import os
 import statistics
@@ -49,6 +53,9 @@ flags.DEFINE_integer("batch_size", 128, "Examples per step.")
 flags.DEFINE_integer("steps", 50, "Steps per timed call.")
 flags.DEFINE_integer("repeats", 5, "Interleaved timed rounds (medians are reported).")
 flags.DEFINE_bool("jit", False, "jit_compile the steps (XLA).")
+flags.DEFINE_bool("malloc_keep", False, "glibc's malloc keeps freed memory for reuse "
+                  "(torch_reference.keep_freed_memory): PyTorch's tensors stop page-faulting "
+                  "on fresh memory. Process-wide, so the TF variants run with it too.")
 flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
                   "as configs/fashion_mnist_hyper.py, which has it).")
 FLAGS = flags.FLAGS
@@ -108,6 +115,8 @@ def _config(kind):
 
 
 def main(_):
+  if FLAGS.malloc_keep and not torch_reference.keep_freed_memory():
+    raise app.UsageError("--malloc_keep needs glibc (mallopt); drop it here.")
   data = _fake_data()
   x = tf.constant(data.x_train[: FLAGS.batch_size], tf.float32) / 255.0
   y = tf.constant(data.y_train[: FLAGS.batch_size])
@@ -154,7 +163,8 @@ def main(_):
 
   base, base_cpu = results["plain Keras"][:2]
   print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/window, median of {FLAGS.repeats} "
-        f"interleaved rounds, BatchNorm={cfg.model.batch_norm}, "
+        f"interleaved rounds, BatchNorm={cfg.model.batch_norm}, malloc_keep="
+        f"{FLAGS.malloc_keep}, "
         f"jit={FLAGS.jit}, TF {tf.__version__}, {os.cpu_count()} CPUs")
   print("steps/s of wall time, and of process CPU time (fairer on a shared machine)")
   print(f"{'variant':32s} {'steps/s':>9s} {'ratio':>7s} {'CPU steps/s':>12s} {'CPU ratio':>10s} "

@@ -33,6 +33,39 @@ def available() -> bool:
   return torch is not None
 
 
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> bool:
+  """Make glibc's ``malloc`` keep freed memory for reuse (process-wide), as PyTorch's CPU
+  tuning guide does by preloading jemalloc or tcmalloc (``torch.backends.xeon.run_cpu``).
+
+  PyTorch's CPU tensors come from plain ``malloc``. With glibc's defaults an allocation
+  above the mmap threshold (128 KiB until a large free raises it) gets fresh pages from
+  ``mmap``, and every page faults when first written; freed heap memory is trimmed back to
+  the OS. Measured here (first-order conv4 MAML meta-step, meta-batch 16): 124,000-590,000
+  minor page faults per step and 1.0-1.9 steps/s, against ~1 fault and 2.9 steps/s with
+  this setting, at +20 MB peak RSS. Whether a process starts fast depends on the order of
+  its first large frees, which is why PyTorch's rate changed from process to process.
+
+  Sets ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's largest) and ``M_TRIM_THRESHOLD`` to
+  1 GiB with ``mallopt``; the same as starting the process with
+  ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824``. Affects every
+  later allocation of the process, TensorFlow's too.
+
+  Returns:
+    True if both settings took; False where the C library is not glibc.
+  """
+  import ctypes  # pylint: disable=g-import-not-at-top
+  try:
+    mallopt = ctypes.CDLL("libc.so.6").mallopt
+  except (OSError, AttributeError):
+    return False
+  return bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(
+      mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+
+
 def _conv(kernel):  # [kh, kw, in, out] -> [out, in, kh, kw]
   return torch.tensor(np.transpose(kernel, (3, 2, 0, 1)).copy())
 
