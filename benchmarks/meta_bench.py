@@ -40,7 +40,8 @@ first step) and the time of the step after it; peak resident memory (``ru_maxrss
 RSS after the framework's imports (baseline), after building (TF: data set loaded,
 Trainer built; PyTorch: the dumped meta-batches loaded, module built) and the peak above
 the baseline; the first step's loss (the same on
-both sides: same weights and tasks). On a GPU the TF workers also report device peak
+both sides: same weights and tasks); minor page faults per step in the timed windows
+(median). On a GPU the TF workers also report device peak
 memory.
 
   python benchmarks/meta_bench.py --data_dir=../shared/data/omniglot \\
@@ -111,9 +112,11 @@ def _serve(run_steps, ready: dict) -> None:
   for line in sys.stdin:
     cmd = line.split()
     if cmd[0] == "run":
+      faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
       t = time.perf_counter()
       run_steps(int(cmd[1]))
-      print(json.dumps({"seconds": time.perf_counter() - t}), flush=True)
+      print(json.dumps({"seconds": time.perf_counter() - t, "faults": resource.getrusage(
+          resource.RUSAGE_SELF).ru_minflt - faults}), flush=True)
     else:
       print(json.dumps({"peak_mb": _peak_mb()}), flush=True)
       return
@@ -247,6 +250,7 @@ class Worker:
                                  stdout=subprocess.PIPE, text=True, env=env)
     self.ready = self._read()
     self.seconds = []
+    self.faults = []  # Minor page faults per step, per window.
 
   def _read(self):
     line = self.proc.stdout.readline()
@@ -257,7 +261,9 @@ class Worker:
   def run(self, steps):
     self.proc.stdin.write(f"run {steps}\n")
     self.proc.stdin.flush()
-    self.seconds.append(self._read()["seconds"] / steps)
+    result = self._read()
+    self.seconds.append(result["seconds"] / steps)
+    self.faults.append(result["faults"] / steps)
 
   def close(self):
     self.proc.stdin.write("quit\n")
@@ -341,7 +347,7 @@ def compare(args, order, meta_batch, have_torch) -> None:
         "worker")
   print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
         f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
-        f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s}")
+        f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s} {'faults/step':>11s}")
   for w in workers:
     r = w.ready
     ratio = f"{rate[w.name] / ref:8.2f}" if ref else f"{'-':>8s}"
@@ -349,7 +355,7 @@ def compare(args, order, meta_batch, have_torch) -> None:
     print(f"{w.name:18s} {rate[w.name]:8.3f} {ratio} {r['build_s']:8.1f} "
           f"{r['setup_s']:8.1f} {r['first_step_s']:7.2f} {w.peak_mb:8.0f} "
           f"{r['baseline_mb']:8.0f} {r['built_mb']:8.0f} {w.peak_mb - r['baseline_mb']:8.0f} "
-          f"{r['first_loss']:10.5f}{gpu}", flush=True)
+          f"{r['first_loss']:10.5f} {statistics.median(w.faults):11.0f}{gpu}", flush=True)
 
 
 def main():
