@@ -108,7 +108,8 @@ def _dispatching_compute_moments(x, axes, keepdims):
 @contextlib.contextmanager
 def thread_count(state: threading.local, name: str) -> Iterator[None]:
   """Adds 1 to ``state.<name>`` (0 if unset) for the block: a re-entrant per-thread
-  switch, on while the count is positive (here and in :mod:`hypernet.fused_norm`)."""
+  switch, on while the count is positive (here, in :mod:`hypernet.fused_norm` and in
+  :mod:`hypernet.plain_bias`)."""
   setattr(state, name, getattr(state, name, 0) + 1)
   try:
     yield

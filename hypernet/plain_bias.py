@@ -1,0 +1,85 @@
+"""Bias additions as plain broadcast adds inside functional calls, on CPU.
+
+Keras 3's TensorFlow backend turns ``ops.add(x, bias)`` into ``tf.nn.bias_add`` whenever
+the second operand looks like a bias (one non-unit axis matching ``x``'s channels), so
+that the bias can fuse into the convolution or matmul before it. On CPU, TensorFlow's
+oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass,
+``Conv2DBackpropFilter`` + ``BiasAddGrad``. Inside meta-learning steps that costs twice:
+
+* **Speed.** The Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, meta-batch
+  16, the ``Trainer``) ran 15-20% faster with plain adds, first and second order
+  (README's benchmark section, ``benchmarks/meta_bench.py``).
+* **Correctness.** For a second-order learner whose inner step reads variables (Meta-SGD's
+  per-parameter rates) inside the per-task loop, the merge sometimes builds a graph with
+  a dependency cycle, and the first step fails with ``InvalidArgumentError: N nodes in a
+  cycle`` -- in roughly one process in four (one in two with Grappler off), never with
+  oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) and never with plain adds
+  (``tests/test_plain_bias.py``).
+
+Within :func:`plain_bias_scope` (entered by every :func:`hypernet.functional.functional_call`
+when no GPU is visible), Keras' ``add`` computes ``tf.add`` on its dtype-promoted
+operands instead: the same values (an element-wise add, broadcast over the bias) and the
+same gradient (a sum over the broadcast axes), without the ``BiasAdd`` op. Sparse
+operands, other threads and code outside functional calls run Keras' own ``add``. With a
+GPU visible nothing changes (cuDNN's fused bias is not measured here).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import Iterator
+
+import tensorflow as tf
+from keras.src.backend.tensorflow import core as keras_core
+from keras.src.backend.tensorflow import numpy as keras_numpy
+from keras.src.backend.common import dtypes as keras_dtypes
+
+from hypernet import second_order
+
+_state = threading.local()
+_install_lock = threading.Lock()
+_original_add = None
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_only() -> bool:
+  return not tf.config.list_logical_devices("GPU")
+
+
+def is_active() -> bool:
+  """Whether Keras' ``add`` is a plain ``tf.add`` in this thread right now."""
+  return getattr(_state, "depth", 0) > 0 and _cpu_only()
+
+
+def _dense(x) -> bool:
+  return not isinstance(x, (tf.SparseTensor, tf.IndexedSlices, tf.RaggedTensor))
+
+
+def _dispatching_add(x1, x2):
+  if is_active() and _dense(x1) and _dense(x2):
+    # Keras' own dtype promotion (python scalars are weak types), then AddV2.
+    dtype = keras_dtypes.result_type(getattr(x1, "dtype", type(x1)),
+                                     getattr(x2, "dtype", type(x2)))
+    return tf.add(keras_core.convert_to_tensor(x1, dtype),
+                  keras_core.convert_to_tensor(x2, dtype))
+  return _original_add(x1, x2)
+
+
+def _install() -> None:
+  """Puts the per-thread dispatcher in place of the backend's ``add`` (once)."""
+  global _original_add
+  with _install_lock:
+    if keras_numpy.add is _dispatching_add:
+      return
+    _original_add = keras_numpy.add
+    keras_numpy.add = _dispatching_add
+
+
+@contextlib.contextmanager
+def plain_bias_scope() -> Iterator[None]:
+  """Within the block (this thread), Keras' ``add`` is a plain broadcast ``tf.add``
+  (module doc). Re-entrant; the choice is made when a ``tf.function`` is traced."""
+  _install()
+  with second_order.thread_count(_state, "depth"):
+    yield
