@@ -239,7 +239,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   exact to second order, 1.2-1.5x faster MAML meta-steps); ``with fused_norm.disabled():``
   keeps Keras' own code. On CPU, bias additions are plain broadcast adds instead of
   ``BiasAdd`` (:mod:`hypernet.plain_bias`: avoids oneDNN's conv + bias merge, which made
-  Meta-SGD graphs cyclic and MAML meta-steps 15-20% slower).
+  Meta-SGD graphs cyclic and MAML meta-steps slower; README's benchmark section).
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).

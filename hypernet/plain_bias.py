@@ -6,14 +6,15 @@ that the bias can fuse into the convolution or matmul before it. On CPU, TensorF
 oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass,
 ``Conv2DBackpropFilter`` + ``BiasAddGrad``. Inside meta-learning steps that costs twice:
 
-* **Speed.** The Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, meta-batch
-  16, the ``Trainer``) ran 15-20% faster with plain adds, first and second order
-  (README's benchmark section, ``benchmarks/meta_bench.py``).
+* **Speed.** The Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, the
+  ``Trainer``) against PyTorch without page faults went from 1.05-1.11x to 1.25-1.38x
+  (second order) and from 0.98-1.01x to 1.10-1.28x (first order) with plain adds
+  (``benchmarks/meta_bench.py``; README's benchmark section).
 * **Correctness.** For a second-order learner whose inner step reads variables (Meta-SGD's
   per-parameter rates) inside the per-task loop, the merge sometimes builds a graph with
   a dependency cycle, and the first step fails with ``InvalidArgumentError: N nodes in a
-  cycle`` -- in roughly one process in four (one in two with Grappler off), never with
-  oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) and never with plain adds
+  cycle``: here in 2 of 28 processes (5 of 10 with Grappler off), in none of 12 with
+  oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) or with plain adds
   (``tests/test_plain_bias.py``).
 
 Within :func:`plain_bias_scope` (entered by every :func:`hypernet.functional.functional_call`
