@@ -25,7 +25,8 @@ rates are medians over the rounds and ratios are taken within the run:
   (``default``), and keeping freed memory for reuse (``keep``, ``torch:keep``:
   :func:`torch_reference.keep_freed_memory`, glibc's counterpart of the jemalloc /
   tcmalloc that PyTorch's CPU tuning guide preloads). As it comes, PyTorch's tensors
-  page-fault on fresh ``mmap``'d memory: 124,000+ faults per first-order meta-step, and
+  page-fault on fresh ``mmap``'d memory (35,000-395,000 faults per meta-step in the runs
+  of experiments/RESULTS_meta.md, against 2 with ``keep``), and
   a rate that changes from process to process (first order at meta-batch 32: 1.430 and
   0.929 steps/s in the two processes of one run, experiments/RESULTS_meta.md) with the
   order of its first large frees. Skipped with a message when PyTorch is not installed

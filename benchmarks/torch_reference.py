@@ -44,10 +44,10 @@ def keep_freed_memory() -> bool:
   PyTorch's CPU tensors come from plain ``malloc``. With glibc's defaults an allocation
   above the mmap threshold (128 KiB until a large free raises it) gets fresh pages from
   ``mmap``, and every page faults when first written; freed heap memory is trimmed back to
-  the OS. Measured here (first-order conv4 MAML meta-step, meta-batch 16): 124,000-590,000
-  minor page faults per step and 1.0-1.9 steps/s, against ~1 fault and 2.9 steps/s with
-  this setting, at +20 MB peak RSS. Whether a process starts fast depends on the order of
-  its first large frees, which is why PyTorch's rate changed from process to process.
+  the OS. In ``meta_bench.py``'s runs (conv4 MAML meta-steps, experiments/RESULTS_meta.md)
+  that made 35,000-395,000 minor page faults per step, against 2 with this setting, which
+  ran 1.1-1.9x faster. Whether a process starts fast depends on the order of its first
+  large frees, which is why PyTorch's rate changed from process to process.
 
   Sets ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's largest) and ``M_TRIM_THRESHOLD`` to
   1 GiB with ``mallopt``; the same as starting the process with
