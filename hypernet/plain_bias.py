@@ -18,11 +18,16 @@ oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass
   (``tests/test_plain_bias.py``).
 
 Within :func:`plain_bias_scope` (entered by every :func:`hypernet.functional.functional_call`
-when no GPU is visible), Keras' ``add`` computes ``tf.add`` on its dtype-promoted
-operands instead: the same values (an element-wise add, broadcast over the bias) and the
-same gradient (a sum over the broadcast axes), without the ``BiasAdd`` op. Sparse
-operands, other threads and code outside functional calls run Keras' own ``add``. With a
-GPU visible nothing changes (cuDNN's fused bias is not measured here).
+when no GPU is visible), Keras' ``add`` of float32 or float64 operands computes
+``tf.add`` instead: Keras' own conversions and dtype promotion, and where Keras would
+call ``bias_add``, the bias reshaped to the axis Keras' shortcut picks (the last one, or
+axis 1 for its ``NCHW`` case) -- so the same values and shapes as Keras' own call, and
+the same gradient (a sum over the broadcast axes), without the ``BiasAdd`` op. Half
+precision keeps ``BiasAdd`` (its gradient sums in float32; a float16 ``Sum`` lost ~1% of
+a conv bias gradient). Sparse and ragged operands, other threads and code outside
+functional calls run Keras' own ``add``; so does a ``tf.function`` traced outside a
+functional call and called inside one. With a GPU visible nothing changes (cuDNN's fused
+bias is not measured here).
 """
 from __future__ import annotations
 
@@ -57,14 +62,39 @@ def _dense(x) -> bool:
   return not isinstance(x, (tf.SparseTensor, tf.IndexedSlices, tf.RaggedTensor))
 
 
+def _bias_layout(x1: tf.Tensor, x2: tf.Tensor):
+  """Keras' own test for its ``bias_add`` shortcut: ``"NHWC"`` (bias along the last
+  axis), ``"NCHW"`` (along axis 1) or ``None`` (a plain broadcast add)."""
+  if x1.shape.rank is None or x1.shape.rank < 2 or x2.shape.rank is None:
+    return None
+  squeezed = [d for d in x2.shape.as_list() if d is None or d > 1]
+  if len(squeezed) != 1 or squeezed[0] is None:
+    return None
+  shape = x1.shape.as_list()
+  if squeezed[0] not in (shape[1], shape[-1]):
+    return None
+  return "NHWC" if shape[-1] == squeezed[0] else "NCHW"
+
+
 def _dispatching_add(x1, x2):
-  if is_active() and _dense(x1) and _dense(x2):
-    # Keras' own dtype promotion (python scalars are weak types), then AddV2.
-    dtype = keras_dtypes.result_type(getattr(x1, "dtype", type(x1)),
-                                     getattr(x2, "dtype", type(x2)))
-    return tf.add(keras_core.convert_to_tensor(x1, dtype),
-                  keras_core.convert_to_tensor(x2, dtype))
-  return _original_add(x1, x2)
+  if not (is_active() and _dense(x1) and _dense(x2)):
+    return _original_add(x1, x2)
+  # Keras' own conversions and dtype promotion (python scalars are weak types).
+  if not isinstance(x1, (int, float)):
+    x1 = keras_core.convert_to_tensor(x1)
+  if not isinstance(x2, (int, float)):
+    x2 = keras_core.convert_to_tensor(x2)
+  dtype = keras_dtypes.result_type(getattr(x1, "dtype", type(x1)),
+                                   getattr(x2, "dtype", type(x2)))
+  if dtype not in ("float32", "float64"):
+    # Half precision keeps BiasAddGrad, which sums in float32 (a float16 Sum does not).
+    return _original_add(x1, x2)
+  x1 = keras_core.convert_to_tensor(x1, dtype)
+  x2 = keras_core.convert_to_tensor(x2, dtype)
+  layout = _bias_layout(x1, x2)
+  if layout is not None:  # What Keras' bias_add computes, as a broadcast add.
+    x2 = tf.reshape(x2, [-1] if layout == "NHWC" else [-1] + [1] * (x1.shape.rank - 2))
+  return tf.add(x1, x2)
 
 
 def _install() -> None:

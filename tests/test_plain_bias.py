@@ -91,6 +91,51 @@ def test_keras_dtype_promotion_is_kept():
   assert z.dtype == tf.float32 and float(z[1, 2]) == 2.0
 
 
+def test_same_values_and_shapes_as_keras_own_add_where_its_bias_add_shortcut_applies():
+  """Keras' shortcut picks the bias axis from shapes alone ([3, 3] + [3, 1] adds along
+  the last axis, not as numpy would); the scope reproduces Keras, not numpy. Lists are
+  converted as Keras converts them."""
+  rng = np.random.default_rng(0)
+  cases = [([3, 3], [3, 1]), ([4, 3, 3], [3, 1]), ([2, 3, 1, 1], [3]), ([4, 3], [1, 1, 3]),
+           ([2, 3, 4, 5], [3]), ([2, 3], [3, 1]), ([2, 5, 5, 4], [1, 1, 1, 4]),
+           ([2, 4, 5, 5], [1, 4, 1, 1]), ([2, 3], [2, 3])]
+  for a, b in cases:
+    x1 = tf.constant(rng.normal(size=a), tf.float32)
+    x2 = tf.constant(rng.normal(size=b), tf.float32)
+    own = keras.ops.add(x1, x2)
+    with plain_bias.plain_bias_scope():
+      ours = keras.ops.add(x1, x2)
+    assert ours.shape == own.shape, (a, b)
+    np.testing.assert_allclose(ours.numpy(), own.numpy(), rtol=1e-6, err_msg=str((a, b)))
+  with plain_bias.plain_bias_scope():
+    y = keras.ops.add(tf.ones([2, 3]), [1.0, 2.0, 3.0])
+    z = keras.ops.add((1, 2, 3), tf.ones([2, 3]))
+  np.testing.assert_array_equal(y.numpy(), [[2.0, 3.0, 4.0]] * 2)
+  assert z.dtype == tf.float32 and float(z[1, 2]) == 4.0
+
+
+def test_einsum_dense_bias_matches_keras_own_call():
+  keras.utils.set_random_seed(1)
+  model = keras.Sequential([keras.Input((3, 5)), keras.layers.EinsumDense(
+      "abc,cde->abde", output_shape=(3, 4, 4), bias_axes="d",
+      bias_initializer="random_normal")])
+  x = tf.random.stateless_normal([2, 3, 5], (5, 6))
+  np.testing.assert_allclose(functional.functional_call(model, _weights(model), x).numpy(),
+                             model(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_half_precision_keeps_bias_add():
+  """A float16 Sum loses ~1% of a conv bias gradient; BiasAddGrad sums in float32."""
+  with plain_bias.plain_bias_scope():
+    f = tf.function(lambda x, b: keras.ops.add(x, b))
+    half = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float16),
+                                   tf.TensorSpec([3], tf.float16))
+    single = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float32),
+                                     tf.TensorSpec([3], tf.float32))
+  assert _op_types(half)["BiasAdd"] == 1
+  assert _op_types(single)["BiasAdd"] == 0 and _op_types(single)["AddV2"] == 1
+
+
 def test_metasgd_on_a_batchnorm_conv4_trains_without_a_graph_cycle(tmp_path):
   """Before plain adds, this first step failed with "N nodes in a cycle" in about one
   process in two with Grappler off (one in four with it on): oneDNN merged the conv
