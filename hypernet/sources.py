@@ -182,7 +182,8 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
     return ChunkedHypernetwork(target_spec, chunk_size=hc.chunk_size,
                                chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden),
                                center=hc.chunk_center,
-                               emb_multiplier=hc.chunk_emb_multiplier, **common)
+                               emb_multiplier=hc.chunk_emb_multiplier,
+                               head_precondition=hc.chunk_head_precondition, **common)
   if hc.kind == "static":
     from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
     slice_in, slice_out = (int(c) for c in hc.slice_channels)

@@ -146,3 +146,49 @@ def test_errors():
     ChunkedHypernetwork(spec, chunk_size=0)
   with pytest.raises(ValueError, match="config.hypernet.chunk_emb_multiplier"):
     ChunkedHypernetwork(spec, emb_multiplier=0.0)
+
+
+def test_head_precondition_solves_the_damped_normal_equations():
+  """Same forward pass; the features' and embeddings' gradients unchanged; the head's
+  kernel and bias get (H1^T H1 + lam tr / (d_h + 1) I)^-1 H1^T G (float64, numpy)."""
+  target = _target("float64")
+  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
+  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
+  y = tf.constant([0, 1, 2, 3, 4, 5])
+  results = {}
+  for lam in (0.0, 0.1):
+    hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,),
+                               dtype="float64", seed=3, head_precondition=lam)
+    with tf.GradientTape(persistent=True) as tape:
+      flat = hnet.flat_weights()
+      logits = functional.functional_call(target, hnet.split(flat), x)
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    grads = dict(zip([v.path for v in hnet.trainable_variables],
+                     tape.gradient(loss, hnet.trainable_variables)))
+    results[lam] = (flat.numpy(), grads, tape.gradient(loss, flat).numpy(), hnet)
+  flat0, plain, g_flat, hnet0 = results[0.0]
+  flat1, pre, _, hnet1 = results[0.1]
+  np.testing.assert_array_equal(flat0, flat1)
+  head = {v.path: v for v in hnet1.output_head.weights}
+  kernel_path = [p for p in head if p.endswith("kernel")][0]
+  bias_path = [p for p in head if p.endswith("bias")][0]
+  for path in plain:
+    if path not in (kernel_path, bias_path):  # Embeddings and generator MLP.
+      np.testing.assert_allclose(pre[path].numpy(), plain[path].numpy(), rtol=1e-12)
+  # G: the loss gradient of the raw chunks (before gain and mean), [C, k] zero-padded.
+  gain = hnet1._gain.numpy()  # pylint: disable=protected-access
+  c, k = hnet1.num_chunks, hnet1.chunk_size
+  g = np.zeros(c * k)
+  g[: g_flat.size] = g_flat * gain
+  g = g.reshape(c, k)
+  h = hnet1._features().numpy()  # pylint: disable=protected-access
+  h1 = np.concatenate([h, np.ones((c, 1))], 1)
+  a = h1.T @ h1
+  a += 0.1 * np.trace(a) / a.shape[0] * np.eye(a.shape[0])
+  step = np.linalg.solve(a, h1.T @ g)
+  np.testing.assert_allclose(pre[kernel_path].numpy(), step[:-1], rtol=1e-9, atol=1e-12)
+  np.testing.assert_allclose(pre[bias_path].numpy(), step[-1], rtol=1e-9, atol=1e-12)
+  # And the plain head gradient is H1^T G, for contrast.
+  np.testing.assert_allclose(plain[kernel_path].numpy(), h.T @ g, rtol=1e-9, atol=1e-12)
+  with pytest.raises(ValueError, match="chunk_head_precondition"):
+    ChunkedHypernetwork(spec, chunk_size=256, head_precondition=-1.0)
