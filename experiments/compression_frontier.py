@@ -12,6 +12,8 @@ generated scalars / trainable hypernetwork parameters (``params/compression_rati
 * chunked: generates every weight; its size is set by chunk size, chunk embedding size
   and generator width (0.5x to 17x); ``chunked_emb10``: the same points with
   ``hypernet.chunk_emb_multiplier = 10`` (Adam steps the chunk embeddings 10x faster);
+  ``chunked_emb10_pre``: those points with the output head's gradient K-FAC-preconditioned
+  (``hypernet.chunk_head_precondition = 1e-3``);
 * static: generates the two conv kernels (4,752 weights; the dense layers are trained
   directly), sized by ``N_z = d`` (0.4x to 15x);
 * MLP: generates every weight with one linear head per tensor, ``(d_h + 1) P`` head
@@ -94,6 +96,13 @@ EMB_KIND = f"chunked_emb{EMB_MULTIPLIER}"
 POINTS += [(EMB_KIND, f"{name}_m{EMB_MULTIPLIER}", config,
             dict(overrides, **{"hypernet.chunk_emb_multiplier": EMB_MULTIPLIER}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == "chunked"]
+# And with the output head's gradient K-FAC-preconditioned (hypernet.chunk_head_precondition,
+# damping 1e-3; hypernet/hypernetworks/chunked.py).
+HEAD_PRECONDITION = 1e-3
+PRE_KIND = f"{EMB_KIND}_pre"
+POINTS += [(PRE_KIND, f"{name}_pre", config,
+            dict(overrides, **{"hypernet.chunk_head_precondition": HEAD_PRECONDITION}), key)
+           for kind, name, config, overrides, key in list(POINTS) if kind == EMB_KIND]
 SMOKE = ["direct", "chunked_k1024_e16_h7", "static_z4", "mlp_e1"]
 DEFAULT_STEPS = {"full": 3000, "smoke": 40}
 
@@ -199,6 +208,8 @@ def plot(rows: Sequence[Mapping], path: str) -> None:
   styles = {"chunked": ("tab:red", "s", "chunked hypernetwork"),
             EMB_KIND: ("tab:orange", "D",
                        f"chunked, chunk embeddings stepped {EMB_MULTIPLIER}x"),
+            PRE_KIND: ("tab:brown", "v", f"chunked, embeddings {EMB_MULTIPLIER}x, "
+                       "head K-FAC-preconditioned"),
             "static": ("tab:green", "^", "static hypernetwork"),
             "mlp": ("tab:purple", "o", "MLP hypernetwork")}
   for kind, (color, marker, label) in styles.items():
