@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import keras
 import tensorflow as tf
 
-from hypernet import fused_norm, ops, plain_bias, second_order, weight_roles
+from hypernet import fused_norm, ops, second_order, weight_roles
 
 Weights = Mapping[str, tf.Tensor]
 Patterns = Union[str, Sequence[str], None]
@@ -237,9 +237,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   class, what is tested exact to first and second order. A float32 training-mode
   ``BatchNormalization`` runs on TensorFlow's fused kernel (:mod:`hypernet.fused_norm`:
   exact to second order, 1.2-1.5x faster MAML meta-steps); ``with fused_norm.disabled():``
-  keeps Keras' own code. On CPU, bias additions are plain broadcast adds instead of
-  ``BiasAdd`` (:mod:`hypernet.plain_bias`: avoids oneDNN's conv + bias merge, which made
-  Meta-SGD graphs cyclic and MAML meta-steps slower; README's benchmark section).
+  keeps Keras' own code. The meta-learners' calls (:mod:`hypernet.meta`) run with plain
+  bias additions on CPU (:mod:`hypernet.plain_bias`).
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
@@ -315,7 +314,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()), second_order.exact_moments_scope(), \
-      fused_norm.fused_batch_norm_scope(), plain_bias.plain_bias_scope():
+      fused_norm.fused_batch_norm_scope():
     result = model.stateless_call(tv, ntv, *args, return_losses=return_losses, **kwargs)
   outputs, new_ntv = result[0], result[1]
   out = (outputs,)

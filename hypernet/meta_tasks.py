@@ -57,7 +57,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import models, sources
+from hypernet import models, plain_bias, sources
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import anil, conv4, inner_loop, meta_batch, support_hypernet
 
@@ -603,7 +603,7 @@ class MetaLearningTask:
                                     weights=weights, state=state)
       finally:
         learner.inner_steps = steps
-      logits = functional.functional_call(self.target, fast, query_x, training=True,
+      logits = plain_bias.call(functional.functional_call, self.target, fast, query_x, training=True,
                                           state=state)
       return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
 

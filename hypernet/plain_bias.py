@@ -1,4 +1,4 @@
-"""Bias additions as plain broadcast adds inside functional calls, on CPU.
+"""Bias additions as plain broadcast adds in the meta-learners' functional calls, on CPU.
 
 Keras 3's TensorFlow backend turns ``ops.add(x, bias)`` into ``tf.nn.bias_add`` whenever
 the second operand looks like a bias (one non-unit axis matching ``x``'s channels), so
@@ -17,17 +17,24 @@ oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass
   oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) or with plain adds
   (``tests/test_plain_bias.py``).
 
-Within :func:`plain_bias_scope` (entered by every :func:`hypernet.functional.functional_call`
-when no GPU is visible), Keras' ``add`` of float32 or float64 operands computes
+Within :func:`plain_bias_scope` (entered around every functional call of the
+meta-learners, :func:`call`, and active when no GPU is visible), Keras' ``add`` of
+float32 or float64 operands computes
 ``tf.add`` instead: Keras' own conversions and dtype promotion, and where Keras would
 call ``bias_add``, the bias reshaped to the axis Keras' shortcut picks (the last one, or
 axis 1 for its ``NCHW`` case) -- so the same values and shapes as Keras' own call, and
 the same gradient (a sum over the broadcast axes), without the ``BiasAdd`` op. Half
 precision keeps ``BiasAdd`` (its gradient sums in float32; a float16 ``Sum`` lost ~1% of
 a conv bias gradient). Sparse and ragged operands, other threads and code outside
-functional calls run Keras' own ``add``; so does a ``tf.function`` traced outside a
-functional call and called inside one. With a GPU visible nothing changes (cuDNN's fused
-bias is not measured here).
+meta-learners' calls run Keras' own ``add``; so does a ``tf.function`` traced outside
+the scope and called inside it. With a GPU visible nothing changes (cuDNN's fused bias
+is not measured here).
+
+Why only the meta-learners: there the merge broke graphs and cost speed. Elsewhere (the
+hypernetwork training step) the speed was the same either way (``step_ratio.py``), and
+the changed rounding of the bias gradient moved single-seed results of chaotic short
+runs by seed-noise amounts (``digits_hyper`` seed 0: 98.61% -> 97.21%; the mean of 20
+seeds 97.90% -> 97.49%), so those calls keep Keras' own ``add``.
 """
 from __future__ import annotations
 
@@ -105,6 +112,13 @@ def _install() -> None:
       return
     _original_add = keras_numpy.add
     keras_numpy.add = _dispatching_add
+
+
+def call(fn, *args, **kwargs):
+  """``fn(*args, **kwargs)`` within :func:`plain_bias_scope`: how the meta-learners
+  (:mod:`hypernet.meta`, :mod:`hypernet.meta_tasks`) make their functional calls."""
+  with plain_bias_scope():
+    return fn(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet import functional, ops, second_order
+from hypernet import functional, ops, plain_bias, second_order
 from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
@@ -105,7 +105,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       tape.watch(params)
       call_weights = dict(fast)
       call_weights.update(zip(adapted, params))
-      outputs, state = functional.functional_call(
+      outputs, state = plain_bias.call(functional.functional_call, 
           model, call_weights, support_x, training=training, return_state=True,
           state=state)
       loss = loss_fn(support_y, outputs)
