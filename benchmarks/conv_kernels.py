@@ -7,8 +7,9 @@ set (``--support`` images) of one 5-way task, as ``meta_bench.py``'s step runs t
 TensorFlow's ops in a ``tf.range`` loop in a ``tf.function`` (oneDNN; no Python dispatch
 per call), PyTorch's ``conv2d`` / ``torch.nn.grad.conv2d_weight`` / ``conv2d_input`` in
 a Python loop, with glibc keeping freed memory
-(:func:`torch_reference.keep_freed_memory`: no page faults on fresh outputs). Prints milliseconds per call
-(median of ``--repeats`` windows of ``--calls`` calls, the frameworks interleaved) and
+(:func:`torch_reference.keep_freed_memory`: no page faults on fresh outputs). Prints
+milliseconds per call (median of ``--repeats`` windows of ``--calls`` calls, the
+frameworks interleaved) and
 the total of one first-order task (support and query: forward and filter gradient of
 every block, input gradient of blocks 2-4), the floor under a first-order meta-step's
 time per task in either framework.

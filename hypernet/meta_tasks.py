@@ -603,8 +603,8 @@ class MetaLearningTask:
                                     weights=weights, state=state)
       finally:
         learner.inner_steps = steps
-      logits = plain_bias.call(functional.functional_call, self.target, fast, query_x, training=True,
-                                          state=state)
+      logits = plain_bias.call(functional.functional_call, self.target, fast, query_x,
+                               training=True, state=state)
       return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
 
     return omniglot.one_shot_error_rate(classify, self.runs)

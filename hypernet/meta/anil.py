@@ -149,7 +149,7 @@ class ANIL(inner_loop.MAML):
     def sub(mapping, paths):
       return {s: mapping[f] for s, f in paths.items() if f in mapping}
 
-    features, body_state = plain_bias.call(functional.functional_call, 
+    features, body_state = plain_bias.call(functional.functional_call,
         self._body, sub(init, self._body_paths), support_x, training=self.inner_training,
         return_state=True, state=sub(state, self._body_paths))
     fast = dict(init)

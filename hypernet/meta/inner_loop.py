@@ -105,7 +105,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       tape.watch(params)
       call_weights = dict(fast)
       call_weights.update(zip(adapted, params))
-      outputs, state = plain_bias.call(functional.functional_call, 
+      outputs, state = plain_bias.call(functional.functional_call,
           model, call_weights, support_x, training=training, return_state=True,
           state=state)
       loss = loss_fn(support_y, outputs)

@@ -114,7 +114,7 @@ def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, q
   if accuracy:
     result["query_accuracy_after"] = losses.sparse_accuracy(qy, out_after)
   if before_metrics:
-    out = tf.stop_gradient(plain_bias.call(functional.functional_call, 
+    out = tf.stop_gradient(plain_bias.call(functional.functional_call,
         model, init, qx, training=query_training, state=state))
     result["query_loss_before"] = loss_fn(qy, out)
     if accuracy:
@@ -179,7 +179,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   def task(elems):
     sx, sy, qx, qy = elems
     fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
-    out_after, task_state = plain_bias.call(functional.functional_call, 
+    out_after, task_state = plain_bias.call(functional.functional_call,
         model, fast, qx, training=query_training, return_state=True, state=task_state)
     result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_fn(qy, out_after), init,
                             state, query_training, before_metrics, accuracy, loss_dtype)
@@ -316,7 +316,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
         tape.watch([weights[p] for p in weight_paths])
         init = learner.initial_weights(weights)
         fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
-        out_after, task_state = plain_bias.call(functional.functional_call, 
+        out_after, task_state = plain_bias.call(functional.functional_call,
             model, fast, qx, training=query_training, return_state=True, state=task_state)
         loss = loss_fn(qy, out_after)
         scaled = loss * tf.cast(task_weight, loss.dtype)
@@ -341,7 +341,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
         qx = tf.identity(qx)
       with tf.GradientTape() as query_tape:
         query_tape.watch(fixed + [weights[p] for p in weight_paths])
-        out_after, task_state = plain_bias.call(functional.functional_call, 
+        out_after, task_state = plain_bias.call(functional.functional_call,
             model, fixed_fast, qx, training=query_training, return_state=True,
             state=query_state)
         loss = loss_fn(qy, out_after)
