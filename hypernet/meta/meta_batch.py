@@ -309,24 +309,27 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   def one_task(i, token=None):
     sx, sy, qx, qy = (tf.gather(batch[k], i) for k in BATCH_KEYS)
     sources = [weights[p] for p in weight_paths] + variables
+
+    def query_pass(fast_weights, qx, query_state):
+      out, new_state = plain_bias.call(functional.functional_call, model, fast_weights, qx,
+                                       training=query_training, return_state=True,
+                                       state=query_state)
+      loss = loss_fn(qy, out)
+      return out, new_state, loss, loss * tf.cast(task_weight, loss.dtype)
+
     # Watches the trainable variables read in the task (the gradient is asked for
-    # ``variables`` only) and the given weights.
+    # ``variables`` only) and the given weights. Unstaggered: the whole task; staggered:
+    # the adaptation only.
+    with tf.GradientTape() as tape:
+      tape.watch([weights[p] for p in weight_paths])
+      init = learner.initial_weights(weights)
+      fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+      if token is None:
+        out_after, task_state, loss, scaled = query_pass(fast, qx, task_state)
     if token is None:
-      with tf.GradientTape() as tape:
-        tape.watch([weights[p] for p in weight_paths])
-        init = learner.initial_weights(weights)
-        fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
-        out_after, task_state = plain_bias.call(functional.functional_call,
-            model, fast, qx, training=query_training, return_state=True, state=task_state)
-        loss = loss_fn(qy, out_after)
-        scaled = loss * tf.cast(task_weight, loss.dtype)
       grads = tape.gradient(scaled, sources)
       token_out = None
     else:
-      with tf.GradientTape() as tape:  # the adaptation only
-        tape.watch([weights[p] for p in weight_paths])
-        init = learner.initial_weights(weights)
-        fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
       # What the query pass takes from the adaptation: the fast weights and the float
       # state (moving statistics the inner steps updated, which a query pass with
       # training=False reads). It sees them as constants it watches, and waits for the
@@ -341,11 +344,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
         qx = tf.identity(qx)
       with tf.GradientTape() as query_tape:
         query_tape.watch(fixed + [weights[p] for p in weight_paths])
-        out_after, task_state = plain_bias.call(functional.functional_call,
-            model, fixed_fast, qx, training=query_training, return_state=True,
-            state=query_state)
-        loss = loss_fn(qy, out_after)
-        scaled = loss * tf.cast(task_weight, loss.dtype)
+        out_after, task_state, loss, scaled = query_pass(fixed_fast, qx, query_state)
       parts = query_tape.gradient(scaled, fixed + sources)
       pairs = [(t, g) for t, g in zip(adapted, parts[:len(adapted)]) if g is not None]
       through = (tape.gradient([t for t, _ in pairs], sources,
