@@ -13,7 +13,9 @@ generated scalars / trainable hypernetwork parameters (``params/compression_rati
   and generator width (0.5x to 17x); ``chunked_emb10``: the same points with
   ``hypernet.chunk_emb_multiplier = 10`` (Adam steps the chunk embeddings 10x faster);
   ``chunked_emb10_pre``: those points with the output head's gradient K-FAC-preconditioned
-  (``hypernet.chunk_head_precondition = 1e-3``);
+  (``hypernet.chunk_head_precondition = 1e-3``); ``chunked_linear``: a linear generator
+  (``hypernet.hidden = ()``, no ReLU layer: a rank-``d_e + 1`` factorisation of the chunk
+  matrix) at the same compressions, and ``chunked_linear_emb10_pre`` with both remedies;
 * static: generates the two conv kernels (4,752 weights; the dense layers are trained
   directly), sized by ``N_z = d`` (0.4x to 15x);
 * MLP: generates every weight with one linear head per tensor, ``(d_h + 1) P`` head
@@ -103,6 +105,32 @@ PRE_KIND = f"{EMB_KIND}_pre"
 POINTS += [(PRE_KIND, f"{name}_pre", config,
             dict(overrides, **{"hypernet.chunk_head_precondition": HEAD_PRECONDITION}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == EMB_KIND]
+# The chunked kind with a linear generator (``hypernet.hidden = ()``: chunk = W_out e_c +
+# b_out, a rank-(d_e + 1) factorisation of the [C, k] chunk matrix, as Ha et al.'s linear
+# two-layer generator), sized like the chunked points: C d_e + (d_e + 1) k parameters.
+LINEAR_KIND = "chunked_linear"
+LINEAR_POINTS = [
+    ("linear_k2048_e96", {"hypernet.chunk_size": 2048, "hypernet.chunk_emb_dim": 96},
+     False),                                                # 203,648: 0.52x
+    ("linear_k2048_e32", {"hypernet.chunk_size": 2048, "hypernet.chunk_emb_dim": 32},
+     True),                                                 # 69,248: 1.53x
+    ("linear_k2048_e16", {"hypernet.chunk_size": 2048, "hypernet.chunk_emb_dim": 16},
+     False),                                                # 35,648: 2.97x
+    ("linear_k1024_e16", {"hypernet.chunk_size": 1024, "hypernet.chunk_emb_dim": 16},
+     False),                                                # 19,072: 5.55x
+    ("linear_k1024_e7", {"hypernet.chunk_size": 1024, "hypernet.chunk_emb_dim": 7},
+     True),                                                 # 8,920: 11.9x
+    ("linear_k512_e8", {"hypernet.chunk_size": 512, "hypernet.chunk_emb_dim": 8},
+     False),                                                # 6,264: 16.9x
+]
+POINTS += [(LINEAR_KIND, name, "fmnist_chunked", dict(overrides, **{"hypernet.hidden": ()}),
+            key) for name, overrides, key in LINEAR_POINTS]
+# And with the embedding multiplier and the K-FAC head as in PRE_KIND.
+LINEAR_PRE_KIND = f"chunked_linear_emb{EMB_MULTIPLIER}_pre"
+POINTS += [(LINEAR_PRE_KIND, f"{name}_m{EMB_MULTIPLIER}_pre", config,
+            dict(overrides, **{"hypernet.chunk_emb_multiplier": EMB_MULTIPLIER,
+                               "hypernet.chunk_head_precondition": HEAD_PRECONDITION}), key)
+           for kind, name, config, overrides, key in list(POINTS) if kind == LINEAR_KIND]
 SMOKE = ["direct", "chunked_k1024_e16_h7", "static_z4", "mlp_e1"]
 DEFAULT_STEPS = {"full": 3000, "smoke": 40}
 
@@ -210,6 +238,9 @@ def plot(rows: Sequence[Mapping], path: str) -> None:
                        f"chunked, chunk embeddings stepped {EMB_MULTIPLIER}x"),
             PRE_KIND: ("tab:brown", "v", f"chunked, embeddings {EMB_MULTIPLIER}x, "
                        "head K-FAC-preconditioned"),
+            LINEAR_KIND: ("black", "x", "chunked, linear generator (no hidden layer)"),
+            LINEAR_PRE_KIND: ("tab:gray", "P", f"chunked, linear generator, embeddings "
+                              f"{EMB_MULTIPLIER}x, head K-FAC-preconditioned"),
             "static": ("tab:green", "^", "static hypernetwork"),
             "mlp": ("tab:purple", "o", "MLP hypernetwork")}
   for kind, (color, marker, label) in styles.items():

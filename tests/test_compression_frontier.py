@@ -27,10 +27,13 @@ def test_points_have_the_stated_compression():
     hnet = sources.build_hypernetwork(config.hypernet, spec)
     ratios.setdefault(kind, []).append(hnet.compression_ratio())
   assert len(ratios["chunked"]) >= 5 and len(ratios["static"]) >= 5 and len(ratios["mlp"]) >= 5
-  for kind in ("chunked", "static"):
+  for kind in ("chunked", "static", cf.LINEAR_KIND):
     assert min(ratios[kind]) <= 0.55 and max(ratios[kind]) >= 10, (kind, ratios[kind])
   assert max(ratios["mlp"]) == pytest.approx(105866 / (1 + 2 * 105866))
   assert ratios[cf.EMB_KIND] == ratios["chunked"]  # the multiplier adds no parameter
+  assert ratios[cf.LINEAR_PRE_KIND] == ratios[cf.LINEAR_KIND]  # nor does the K-FAC head
+  # Each linear point sits at (or above) the compression of the chunked point it replaces.
+  assert all(lin >= chk * 0.99 for lin, chk in zip(ratios[cf.LINEAR_KIND], ratios["chunked"]))
 
 
 @pytest.mark.slow
