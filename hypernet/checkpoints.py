@@ -118,6 +118,10 @@ class SignalCatcher:
   when the running ``tf.function`` chunk returns: the reaction time is one chunk of steps
   (at most ``config.log_every`` steps).
 
+  A signal the process was started with *ignored* stays ignored (as Python itself leaves
+  an ignored SIGINT alone): a non-interactive shell starts background jobs (``cmd &``)
+  with SIGINT ignored, so that a Ctrl-C meant for the foreground does not stop them.
+
   Args:
     signals: the signal numbers to catch.
     enabled: ``False`` (or not in the main thread, where handlers cannot be installed)
@@ -146,7 +150,8 @@ class SignalCatcher:
   def __enter__(self):
     if self.enabled:
       for s in self.signals:
-        self._previous[s] = signal.signal(s, self._handler)
+        if signal.getsignal(s) is not signal.SIG_IGN:
+          self._previous[s] = signal.signal(s, self._handler)
     return self
 
   def _restore(self):
@@ -162,11 +167,17 @@ class SignalCatcher:
 
     With default handlers, SIGTERM ends the process (exit status ``-15``, i.e. 143 in a
     shell) and SIGINT raises ``KeyboardInterrupt``. Does nothing if no signal came.
+
+    Raises:
+      KeyboardInterrupt: SIGINT with Python's default handler.
+      SystemExit: ``128 + signum`` when the previous handler returned (a handler of the
+        caller's own), so that a stopped run never carries on as if it had finished.
     """
     signum = self.received
     self._restore()
     if signum is not None:
       signal.raise_signal(signum)
+      raise SystemExit(128 + signum)
 
 
 def checkpoint_dir(workdir: str) -> str:

@@ -268,7 +268,7 @@ def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
 
   config = _config(num_steps=60, **{"summaries.every": 10})
   # Python's default SIGINT handler (a shell's background job starts with SIGINT ignored,
-  # and the catcher then rightly restores "ignored").
+  # and the catcher then leaves it ignored: next test).
   previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     with pytest.MonkeyPatch.context() as mp:
@@ -282,3 +282,27 @@ def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-10")
   result = train_lib.train_and_evaluate(config, str(tmp_path))  # The lock was released.
   assert result["step"] == 60
+
+
+def test_ignored_signal_stays_ignored_and_a_returning_handler_still_stops():
+  """A process started with SIGINT ignored (a script's ``cmd &``) keeps ignoring it: the
+  catcher does not take it over, so it cannot stop the run and then report success. And
+  when the previous handler returns, exit_by_signal exits with 128 + signum."""
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with checkpoints.SignalCatcher() as catcher:
+      assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+      assert signal.getsignal(signal.SIGTERM) == catcher._handler  # pylint: disable=protected-access
+      os.kill(os.getpid(), signal.SIGINT)
+      assert catcher.received is None
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    seen = []
+    signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    with checkpoints.SignalCatcher() as catcher:
+      os.kill(os.getpid(), signal.SIGINT)
+      assert catcher.received == signal.SIGINT
+    with pytest.raises(SystemExit) as exit_info:
+      catcher.exit_by_signal()
+    assert seen == [signal.SIGINT] and exit_info.value.code == 128 + signal.SIGINT
+  finally:
+    signal.signal(signal.SIGINT, previous)
