@@ -71,11 +71,11 @@ def test_centring_sets_the_output_bias(center):
     assert np.std(raw.mean(0)) > 0.2  # The shared pattern W_out . mean(h) the centring removes.
 
 
-@pytest.mark.parametrize("emb_multiplier", [1.0, 10.0])
-def test_gradients_match_float64_finite_differences(emb_multiplier):
+@pytest.mark.parametrize("emb_multiplier,hidden", [(1.0, (8,)), (10.0, (8,)), (1.0, ())])
+def test_gradients_match_float64_finite_differences(emb_multiplier, hidden):
   target = _target("float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
-  hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,),
+  hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=hidden,
                              dtype="float64", seed=3, emb_multiplier=emb_multiplier)
   x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
   y = tf.constant([0, 1, 2, 3, 4, 5])
@@ -103,7 +103,7 @@ def test_gradients_match_float64_finite_differences(emb_multiplier):
       fd = (lp - lm) / (2 * eps)
       np.testing.assert_allclose(grad.numpy().ravel()[i], fd, rtol=1e-5, atol=1e-9)
       checked += 1
-  assert checked >= 10
+  assert checked >= 9  # 3 per variable: embeddings, (generator,) head kernel and bias
 
 
 def test_emb_multiplier_same_function_m_times_faster_adam_step():
@@ -134,6 +134,37 @@ def test_emb_multiplier_same_function_m_times_faster_adam_step():
     moved[m] = np.abs(hnet.embeddings.numpy() - e0)
   np.testing.assert_allclose(moved[1.0], 1e-3, rtol=1e-3)
   np.testing.assert_allclose(moved[10.0], 1e-2, rtol=1e-3)
+
+
+def test_linear_generator_is_a_rank_d_e_plus_1_factorisation():
+  """hidden=(): the raw chunk matrix is exactly [E, 1] [W_out; b_out] (rank <= d_e + 1),
+  the parameters are C d_e + (d_e + 1) k, and the init gives kernels their He variance."""
+  target = models.make_cnn((28, 28, 1), 10, conv_widths=(16, 32), dense_widths=(64,),
+                           dtype="float64")
+  spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
+  hnet = ChunkedHypernetwork(spec, chunk_size=1024, chunk_emb_dim=7, hidden=(),
+                             dtype="float64", seed=2)
+  c, k = hnet.num_chunks, 1024
+  assert c == -(-105866 // 1024) == 104
+  assert hnet.count_params() == c * 7 + 8 * k == 8920
+  e = hnet.chunk_embeddings.numpy()
+  w, b = hnet.output_head.kernel.numpy(), hnet.output_head.bias.numpy()
+  raw = np.zeros(c * k)
+  flat = hnet.flat_weights().numpy()
+  raw[: flat.size] = (flat - hnet._mean.numpy()) / hnet._gain.numpy()  # pylint: disable=protected-access
+  np.testing.assert_allclose(raw[: flat.size], (e @ w + b).ravel()[: flat.size], rtol=1e-12,
+                             atol=1e-12)
+  # Centred at init: b_out = -mean(E) W_out, so the chunks are (E - mean E) W_out, of
+  # rank d_e (training moves b_out on its own: d_e + 1), with mean 0 over the chunks.
+  np.testing.assert_allclose(b, -e.mean(0) @ w, rtol=1e-12, atol=1e-15)
+  assert np.linalg.matrix_rank(e @ w + b) == 7
+  np.testing.assert_allclose((e @ w + b).mean(0), 0, atol=1e-12)
+  kernel = hnet()["dense1/kernel"]  # 98 of the 104 chunks
+  ratio = np.var(kernel.numpy()) / hinit.kernel_std("dense1/kernel", spec["dense1/kernel"].shape,
+                                                    "hyperfan_in") ** 2
+  assert 0.8 < ratio < 1.2, ratio
+  with pytest.raises(ValueError, match=r"hidden=\(\).*config.hypernet.hidden"):
+    ChunkedHypernetwork(spec, hidden=(), num_conditions=3, condition_dim=4)
 
 
 def test_errors():

@@ -74,6 +74,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
     chunk_size: scalars generated per chunk (the output width of the generator).
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
+      ``()``: a linear generator, ``chunk_c = W_out e_c + b_out`` (``d_h = d_e``; module
+      doc, "Linear generator"); unconditional only.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     center: centre the generator's features at init (``b_out = -W_out . mean(h)``, see
       below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
@@ -97,7 +99,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
 
   Raises:
     ValueError: empty ``target_spec``, non-positive sizes or ``emb_multiplier``, negative
-      ``head_precondition``, or an unknown ``init``.
+      ``head_precondition``, an unknown ``init``, or ``hidden=()`` with conditions.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
@@ -112,6 +114,12 @@ class ChunkedHypernetwork(base.Hypernetwork):
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
       raise ValueError(f"chunk_size ({chunk_size}), chunk_emb_dim ({chunk_emb_dim}) and "
                        f"hidden {tuple(hidden)} must be positive.")
+    if not tuple(hidden) and self.condition_dim:
+      raise ValueError(
+          "A chunked hypernetwork without hidden layers (hidden=()) is linear in its input "
+          "[e_c ; condition], so a condition would only add one and the same vector to "
+          "every chunk. Give a conditional chunked hypernetwork a hidden layer "
+          "(config.hypernet.hidden, e.g. (64,)).")
     if not emb_multiplier > 0:
       raise ValueError(f"emb_multiplier ({emb_multiplier}) must be positive "
                        "(config.hypernet.chunk_emb_multiplier; 1 is the plain embedding).")
