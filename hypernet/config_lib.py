@@ -12,6 +12,7 @@ it has a type (a plain ``None`` field cannot be overridden from the command line
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from typing import Any, Dict
 
@@ -155,6 +156,147 @@ def _check_values(config) -> None:
     raise ConfigError("config.hypernet.targets is empty, so the hypernetwork "
                       f"(config.hypernet.kind={config.hypernet.kind!r}) has nothing to "
                       "generate; give patterns such as 'conv*/kernel' or set kind='none'.")
+  _check_ranges(config)
+
+
+# Omniglot has 20 drawings of every character (hypernet/data/omniglot.py).
+OMNIGLOT_DRAWINGS = 20
+_IMAGE_TASKS = ("classification", "multitask_classification", "continual")
+_META_TASKS = ("few_shot", "sinusoid")
+
+
+def _finite(value) -> bool:
+  return isinstance(value, numbers.Real) and math.isfinite(value)
+
+
+def _positive_ints(config, group: str, names, least: int = 1, hint: str = "") -> None:
+  for name in names:
+    value = config[group][name]
+    if value < least:
+      raise ConfigError(f"config.{group}.{name} must be an integer >= {least}, got "
+                        f"{value!r}.{hint}")
+
+
+def _check_ranges(config) -> None:
+  """Value ranges of the fields the run reads (per task, model and hypernetwork kind)."""
+  if not 0 <= config.seed < 2 ** 32:
+    raise ConfigError(f"config.seed must be in [0, 2**32) (NumPy's seed range), got "
+                      f"{config.seed}.")
+  o = config.optim
+  if not _finite(o.lr) or o.lr <= 0:
+    raise ConfigError(f"config.optim.lr must be a positive finite number, got {o.lr!r}.")
+  if o.warmup_steps < 0:
+    raise ConfigError(f"config.optim.warmup_steps must be >= 0 (0: no warm-up), got "
+                      f"{o.warmup_steps}.")
+  if not _finite(o.grad_clip_norm) or o.grad_clip_norm < 0:
+    raise ConfigError(f"config.optim.grad_clip_norm must be a finite number >= 0 (0: no "
+                      f"clipping), got {o.grad_clip_norm!r}.")
+  for name in ("weight_decay", "momentum"):
+    if not _finite(o[name]) or o[name] < 0:
+      raise ConfigError(f"config.optim.{name} must be a finite number >= 0, got {o[name]!r}.")
+  if config.data.augment_shift < 0:
+    raise ConfigError(f"config.data.augment_shift must be >= 0 pixels (0: no shifts), got "
+                      f"{config.data.augment_shift}.")
+  if config.task != "sinusoid":
+    _check_model(config)
+  _check_hypernet(config.hypernet)
+  if config.task in _META_TASKS:
+    _check_meta(config)
+  if config.task == "continual":
+    _check_continual(config)
+
+
+def _check_model(config) -> None:
+  m = config.model
+  if m.name == "conv4" and config.task in _IMAGE_TASKS:
+    raise ConfigError(f"config.model.name='conv4' is the meta-learning target (config.task="
+                      f"'few_shot'); config.task={config.task!r} trains 'cnn' or "
+                      "'mobilenet_v2'.")
+  if m.name == "mobilenet_v2":
+    return
+  widths = tuple(m.conv_widths) + (tuple(m.dense_widths) if m.name == "cnn" else ())
+  if any(not isinstance(w, numbers.Integral) or w <= 0 for w in widths):
+    field = "conv_widths and config.model.dense_widths" if m.name == "cnn" else "conv_widths"
+    raise ConfigError(f"config.model.{field} must be positive integers, got "
+                      f"{tuple(m.conv_widths)}, {tuple(m.dense_widths)}.")
+  if m.name == "cnn":
+    if not _finite(m.dropout) or not 0 <= m.dropout < 1:
+      raise ConfigError(f"config.model.dropout must be in [0, 1) (0: no dropout), got "
+                        f"{m.dropout!r}.")
+    if m.kernel_size <= 0:
+      raise ConfigError(f"config.model.kernel_size must be positive, got {m.kernel_size}.")
+
+
+def _check_hypernet(h) -> None:
+  if h.kind == "none":
+    return
+  if h.num_conditions < 0:
+    raise ConfigError(f"config.hypernet.num_conditions must be >= 0 (0: unconditional), "
+                      f"got {h.num_conditions}.")
+  if h.num_conditions and h.condition_dim <= 0:
+    raise ConfigError(f"config.hypernet.condition_dim must be positive with num_conditions="
+                      f"{h.num_conditions}, got {h.condition_dim}.")
+  if h.kind in ("mlp", "chunked") and any(
+      not isinstance(w, numbers.Integral) or w <= 0 for w in h.hidden):
+    raise ConfigError(f"config.hypernet.hidden={tuple(h.hidden)}: hidden widths must be "
+                      "positive integers (() for a linear generator).")
+  if h.kind == "mlp" and h.embedding_dim <= 0:
+    raise ConfigError(f"config.hypernet.embedding_dim must be positive, got "
+                      f"{h.embedding_dim}.")
+  if h.kind == "chunked":
+    for name in ("chunk_size", "chunk_emb_dim"):
+      if h[name] <= 0:
+        raise ConfigError(f"config.hypernet.{name} must be positive (weights per generated "
+                          f"chunk / size of a chunk embedding), got {h[name]}.")
+  if h.kind == "static":
+    if h.z_dim <= 0 or h.static_hidden_dim < 0:
+      raise ConfigError(f"config.hypernet.z_dim must be positive and static_hidden_dim >= 0 "
+                        f"(0: z_dim), got {h.z_dim} and {h.static_hidden_dim}.")
+    channels = tuple(h.slice_channels)
+    if len(channels) != 2 or any(not isinstance(c, numbers.Integral) or c <= 0
+                                 for c in channels):
+      raise ConfigError(f"config.hypernet.slice_channels={channels} must be two positive "
+                        "integers (N_in, N_out), e.g. (16, 16).")
+
+
+def _check_meta(config) -> None:
+  mc = config.meta
+  # The support-conditioned hypernetwork may skip the inner loop (0 inner steps).
+  least = 0 if mc.learner == "support_hypernet" else 1
+  names = ("num_shots", "num_queries", "eval_queries", "eval_episodes")
+  _positive_ints(config, "meta", (("num_ways",) if config.task == "few_shot" else ()) + names)
+  _positive_ints(config, "meta", ("inner_steps",), least,
+                 " (support_hypernet alone may take 0 inner steps.)" if least else "")
+  _positive_ints(config, "meta", ("eval_inner_steps", "parallel_iterations"), 0,
+                 " (0: the default.)")
+  if any(k < least for k in mc.eval_steps_sweep):
+    raise ConfigError(f"config.meta.eval_steps_sweep={tuple(mc.eval_steps_sweep)}: inner "
+                      f"step counts must be >= {least}.")
+  if not _finite(mc.inner_lr) or mc.inner_lr <= 0:
+    raise ConfigError(f"config.meta.inner_lr must be a positive finite number (the inner "
+                      f"loop's step size), got {mc.inner_lr!r}.")
+  if config.task != "few_shot" or config.data.name != "omniglot":
+    return
+  needed = mc.num_shots + max(mc.num_queries, mc.eval_queries)
+  if needed > OMNIGLOT_DRAWINGS:
+    raise ConfigError(
+        f"config.meta.num_shots + max(num_queries, eval_queries) = {mc.num_shots} + "
+        f"{max(mc.num_queries, mc.eval_queries)} = {needed} drawings per class, but Omniglot "
+        f"has {OMNIGLOT_DRAWINGS} per character; lower num_shots or the query counts.")
+  if config.data.num_test_characters < 1:
+    raise ConfigError(f"config.data.num_test_characters must be >= 1, got "
+                      f"{config.data.num_test_characters}.")
+
+
+def _check_continual(config) -> None:
+  cc = config.continual
+  _positive_ints(config, "continual", ("num_tasks", "steps_per_task", "classes_per_task"))
+  total = cc.num_tasks * cc.steps_per_task
+  if config.num_steps > total:
+    raise ConfigError(
+        f"config.num_steps={config.num_steps} is more than config.continual.num_tasks * "
+        f"steps_per_task = {cc.num_tasks} * {cc.steps_per_task} = {total}, the whole task "
+        f"sequence; set --config.num_steps={total}.")
 
 
 def validate(config) -> None:
@@ -183,21 +325,46 @@ def check_target_patterns(config, target) -> None:
     config: the experiment config.
     target: the built target network (a Keras model).
 
+  The static kind (Ha et al. 2016) also needs every selected weight to be a square conv
+  kernel ``[f, f, in, out]``, all of one ``f``.
+
   Raises:
     ConfigError: naming ``config.hypernet.targets``, the pattern that matches nothing
-      and the target's trainable weight paths.
+      and the target's trainable weight paths; or, for ``kind='static'``, the selected
+      weight that is not a square conv kernel (or of another size than the first).
   """
   if config.hypernet.kind == "none":
     return
   from hypernet import functional  # pylint: disable=g-import-not-at-top
-  paths = list(functional.variable_paths(target, trainable=True))
-  patterns = [p.strip() for p in str(config.hypernet.targets).split(",") if p.strip()]
+  variables = functional.variable_paths(target, trainable=True)
+  paths = list(variables)
+  targets = config.hypernet.targets
+  patterns = [p.strip() for p in str(targets).split(",") if p.strip()]
   for pattern in patterns:
     if not any(functional._matches(pattern, p) for p in paths):  # pylint: disable=protected-access
       raise ConfigError(
-          f"config.hypernet.targets={config.hypernet.targets!r}: the pattern {pattern!r} "
+          f"config.hypernet.targets={targets!r}: the pattern {pattern!r} "
           f"matches no trainable weight of the target network {target.name!r}. Its "
           f"trainable weights: {paths}.")
+  if config.hypernet.kind != "static":
+    return
+  selected = [p for p in paths if any(functional._matches(q, p) for q in patterns)]  # pylint: disable=protected-access
+  sizes = {}
+  for path in selected:
+    shape = tuple(variables[path].shape)
+    if len(shape) != 4 or shape[0] != shape[1]:
+      kernels = [p for p in paths if len(variables[p].shape) == 4]
+      raise ConfigError(
+          f"config.hypernet.targets={targets!r} selects {path!r} of shape {shape}, but "
+          "config.hypernet.kind='static' (Ha et al. 2016) generates square conv kernels "
+          "[f, f, in, out] only: set config.hypernet.targets to conv kernels, e.g. "
+          f"'conv*/kernel' (this target's: {kernels}).")
+    sizes.setdefault(shape[0], path)
+  if len(sizes) > 1:
+    raise ConfigError(
+        f"config.hypernet.targets={targets!r} selects conv kernels of different sizes "
+        f"({', '.join(f'{p!r} {f}x{f}' for f, p in sizes.items())}); one static "
+        "hypernetwork generates kernels of one size: select one size.")
 
 
 def flatten(config, prefix: str = "") -> Dict[str, Any]:
@@ -441,7 +608,8 @@ def base_config():
   c.multitask.label_shift = True
 
   # Continual learning (config.task = "continual"; hypernet/continual_tasks.py):
-  # num_steps must be num_tasks * steps_per_task.
+  # num_steps = num_tasks * steps_per_task learns every task; fewer stops inside the
+  # sequence (with a warning; a rerun with more steps resumes), more is an error.
   c.continual = ml_collections.ConfigDict()
   c.continual.method = "hnet"          # hnet | finetune | ewc | independent
   c.continual.benchmark = "split"      # split (classes 2t, 2t+1) | permuted (pixels)
