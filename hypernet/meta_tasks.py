@@ -166,14 +166,21 @@ def _load_few_shot_data(config):
   dc = config.data
   if dc.name == "omniglot":
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
-    folder = _omniglot_dir(config)
+    folder = omniglot_dir(config)
     zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
     if not zips:
       raise ValueError("config.data.omniglot_zips is empty; name the image zips, e.g. "
                        "'images_background.zip'.")
+    images = omniglot.load_omniglot(zips, data_dir=folder, image_size=dc.image_size)
+    if not 1 <= dc.num_test_characters < images.num_classes:
+      from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+      raise config_lib.ConfigError(
+          f"config.data.num_test_characters={dc.num_test_characters} leaves no meta-train "
+          f"or meta-test characters: {', '.join(zips)} hold {images.num_classes} characters; "
+          f"pick 1..{images.num_classes - 1}.")
     train, test = omniglot.split_by_character(
-        zips, dc.split_seed, data_dir=folder, num_test_characters=dc.num_test_characters,
-        rotations=tuple(dc.rotations) or None, image_size=dc.image_size)
+        images, dc.split_seed, num_test_characters=dc.num_test_characters,
+        rotations=tuple(dc.rotations) or None)
     return (episodes.class_indexed(train.images, train.labels),
             episodes.class_indexed(test.images, test.labels),
             omniglot.alphabet_groups(train.class_names))
@@ -187,11 +194,37 @@ def _load_few_shot_data(config):
                    "use 'omniglot', 'digits', 'fashion_mnist' or 'mnist'.")
 
 
-def _omniglot_dir(config) -> str:
-  folder = os.path.expanduser(str(config.data.data_dir))
+def _check_episodes_fit(config, train_data, test_data) -> None:
+  """Raises ConfigError (naming the field) when an episode asks for more classes, or
+  more examples of a class, than the meta-train or meta-test data hold."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  mc = config.meta
+  for side, data, queries, name in (("meta-train", train_data, mc.num_queries, "num_queries"),
+                                    ("meta-test", test_data, mc.eval_queries, "eval_queries")):
+    if mc.num_ways > data.num_classes:
+      raise config_lib.ConfigError(
+          f"config.meta.num_ways={mc.num_ways} exceeds the {data.num_classes} {side} classes "
+          f"of config.data.name={config.data.name!r}; lower num_ways" + (
+              " or config.data.num_test_characters." if config.data.name == "omniglot"
+              else "."))
+    fewest = int(np.min(data.class_counts))
+    if mc.num_shots + queries > fewest:
+      raise config_lib.ConfigError(
+          f"config.meta.num_shots + {name} = {mc.num_shots} + {queries} exceeds the {fewest} "
+          f"examples of the smallest {side} class; lower num_shots or {name}.")
+
+
+def omniglot_dir(config) -> str:
+  """``config.data.data_dir``, user-expanded.
+
+  Raises:
+    ConfigError (a ValueError): the field is empty.
+  """
+  folder = os.path.expanduser(str(config.data.data_dir).strip())
   if not folder:
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
-    raise ValueError(
+    raise config_lib.ConfigError(
         "config.data.data_dir is empty: set it to the folder holding the Omniglot zips "
         f"({config.data.omniglot_zips}; and all_runs.zip for config.meta.one_shot_runs), "
         f"e.g. --config.data.data_dir=~/data/omniglot. Get them from {omniglot.OMNIGLOT_URL} "
@@ -296,8 +329,10 @@ class MetaLearningTask:
   images live in the episode functions only (8-bit coded where that is exact).
 
   Raises:
-    ValueError: a bad ``config.meta`` field (named), missing data folder, one-shot runs
-      with a config that is not 20-way 1-shot with one query per class at meta-test time.
+    ValueError: a bad ``config.meta`` field (named). ConfigError (a ValueError): an
+      empty Omniglot data folder, episodes that need more classes or examples per class
+      than the data hold, too many held-out Omniglot characters, one-shot runs with a
+      config that is not 20-way 1-shot with one query per class at meta-test time.
   """
 
   def __init__(self, config, data=None, runs=None):
@@ -337,6 +372,7 @@ class MetaLearningTask:
         raise ValueError(
             "config.meta.within_alphabet=True needs class groups (alphabets): use "
             f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
+      _check_episodes_fit(config, train_data, test_data)
       image_shape = train_data.images.shape[1:]
       self.target = make_meta_target(config, image_shape, mc.num_ways)
       loss = _CLASSIFICATION_LOSS
@@ -381,24 +417,25 @@ class MetaLearningTask:
   # -- data ---------------------------------------------------------------------------
   def _load_runs(self):
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
-    path = os.path.join(_omniglot_dir(self.config), str(self.config.meta.one_shot_runs))
+    path = os.path.join(omniglot_dir(self.config), str(self.config.meta.one_shot_runs))
     return omniglot.load_one_shot_runs(path, image_size=self.config.data.image_size)
 
   def _check_runs(self, image_shape) -> None:
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     mc = self.config.meta
     if not self.runs:
-      raise ValueError("config.meta.one_shot_runs gave no runs.")
+      raise config_lib.ConfigError("config.meta.one_shot_runs gave no runs.")
     ways = len(self.runs[0].support_x)
     if (mc.num_ways, mc.num_shots, mc.eval_queries) != (ways, 1, 1):
-      raise ValueError(
+      raise config_lib.ConfigError(
           f"config.meta.one_shot_runs: the official runs are {ways}-way 1-shot with one "
           f"query per class, so they need num_ways={ways}, num_shots=1, eval_queries=1 "
           f"(got {mc.num_ways}, {mc.num_shots}, {mc.eval_queries}): meta-train a "
           f"{ways}-way model (configs/omniglot_maml_20way.py) or set one_shot_runs=''.")
     if tuple(self.runs[0].support_x.shape[1:]) != tuple(image_shape):
-      raise ValueError(f"One-shot run images {self.runs[0].support_x.shape[1:]} differ from "
-                       f"the training images {tuple(image_shape)}; use the same "
-                       "config.data.image_size.")
+      raise config_lib.ConfigError(
+          f"One-shot run images {self.runs[0].support_x.shape[1:]} differ from the "
+          f"training images {tuple(image_shape)}; use the same config.data.image_size.")
 
   def _run_fn(self):
     sx = tf.constant(np.stack([r.support_x for r in self.runs]))

@@ -314,18 +314,45 @@ def _next_event(step: int, every: int, end: int) -> int:
   return min(end, (step // every + 1) * every) if every > 0 else end
 
 
-def _check_patterns_before_building(config) -> None:
-  """Fails on a hypernetwork pattern that matches no target weight, naming the field,
-  before anything is built: builds the target network alone (cheap) for image
-  classification tasks."""
-  if config.hypernet.kind == "none" or config.task not in (
-      "classification", "multitask_classification"):
-    return
+def _check_before_building(config) -> None:
+  """Fails on what the config alone cannot tell, naming the field, before the workdir is
+  created or anything is built: a few-shot Omniglot run without a data folder, and
+  hypernetwork patterns that match no weight of the target network (or weights the kind
+  cannot generate), checked on the target built alone (cheap) for image classification,
+  continual ``hnet``, sinusoid and Omniglot few-shot tasks."""
   from hypernet import config_lib, models  # pylint: disable=g-import-not-at-top
   from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
-  data = data_lib.load_classification(config.data)
-  target = models.make_target(config.model, data.image_shape, data.num_classes)
+  omniglot = config.task == "few_shot" and config.data.name == "omniglot"
+  if omniglot:
+    from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+    meta_tasks.omniglot_dir(config)
+  if config.hypernet.kind == "none":
+    return
+  if config.task in ("classification", "multitask_classification") or (
+      config.task == "continual" and config.continual.method == "hnet"):
+    data = data_lib.load_classification(config.data)
+    target = models.make_target(config.model, data.image_shape, data.num_classes)
+  elif config.task == "sinusoid" or omniglot:
+    from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+    size = config.data.image_size
+    target = meta_tasks.make_meta_target(config, (1,) if config.task == "sinusoid" else
+                                         (size, size, 1), config.meta.num_ways)
+  else:
+    return
   config_lib.check_target_patterns(config, target)
+
+
+def _remove_fresh_workdir(workdir: str) -> None:
+  """Removes ``workdir`` if it holds nothing but the lock file (a run that failed on its
+  config while building, in a workdir it created)."""
+  if "://" in workdir or not os.path.isdir(workdir):
+    return
+  from hypernet import checkpoints  # pylint: disable=g-import-not-at-top
+  entries = os.listdir(workdir)
+  if set(entries) <= {checkpoints.LOCK_NAME}:
+    for name in entries:
+      os.remove(os.path.join(workdir, name))
+    os.rmdir(workdir)
 
 
 def _describe_nonfinite(name: str, value) -> Optional[str]:
@@ -443,8 +470,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     skipped with ``config.fault.nonfinite="skip"``).
 
   Raises:
-    ConfigError (a ValueError): an invalid config, raised before anything is built or
-      written (names the field).
+    ConfigError (a ValueError): an invalid config (names the field), raised before
+      anything is built or written; one that only the loaded data or the built task
+      shows (e.g. more ways than Omniglot classes) is raised while building, and a
+      workdir created for the run is removed again.
     WorkdirInUseError: another live job holds ``workdir``.
     NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
       first non-finite tensor).
@@ -458,12 +487,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   # First TensorFlow work: multi-worker and TPU strategies set up the runtime (cached, so
   # the Trainer gets the same one).
   chief = distribute.is_chief(distribute.get_strategy(config))
-  _check_patterns_before_building(config)
+  _check_before_building(config)
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   catcher = checkpoints.SignalCatcher(enabled=config.fault.handle_signals)
-  with checkpoints.WorkdirLock(workdir, enabled=config.fault.lock_workdir and chief), catcher:
-    result = _train_and_evaluate_locked(config, workdir, catcher)
+  fresh = not tf.io.gfile.exists(workdir)
+  try:
+    with checkpoints.WorkdirLock(workdir, enabled=config.fault.lock_workdir and chief), \
+        catcher:
+      result = _train_and_evaluate_locked(config, workdir, catcher)
+  except config_lib.ConfigError:
+    # Checks that need the loaded data or the built task (Omniglot class counts, ...)
+    # fail while building, in the locked workdir: a workdir made for this run goes again.
+    if fresh and chief:
+      _remove_fresh_workdir(workdir)
+    raise
   if catcher.received is not None:
     catcher.exit_by_signal()
   return result
