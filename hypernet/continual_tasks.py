@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 from typing import Dict, List
 
+from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
@@ -109,6 +110,18 @@ class ContinualTask:
           f"config.num_steps={config.num_steps} must be at most config.continual.num_tasks "
           f"* steps_per_task = {T * self.steps_per_task} (the whole sequence; fewer stops "
           "inside it, and a rerun with more resumes there).")
+    if config.num_steps < T * self.steps_per_task:
+      done, rest = divmod(config.num_steps, self.steps_per_task)
+      learned = (f"learns tasks 0..{done - 1}" if done else "completes no task") + (
+          f" and {rest} of the {self.steps_per_task} steps of task {done}" if rest else "")
+      logging.warning(
+          "config.num_steps=%d stops inside the task sequence: it %s of "
+          "config.continual.num_tasks=%d (steps_per_task=%d). The final accuracy averages "
+          "over every task's test set, untrained tasks included, and the cl/ accuracy "
+          "matrices hold only the tasks finished. Set --config.num_steps=%d for the whole "
+          "sequence (a rerun with more steps resumes here), or lower "
+          "config.continual.steps_per_task.", config.num_steps, learned, T,
+          self.steps_per_task, T * self.steps_per_task)
     base = data if data is not None else data_lib.load_classification(config.data)
     if cc.benchmark == "split":
       self.tasks = cl_data.split_tasks(base, T, int(cc.classes_per_task))
