@@ -241,7 +241,8 @@ def user_errors() -> tuple:
   Python traceback (``--traceback`` shows it)."""
   from hypernet import checkpoints, config_lib, export, train_lib  # pylint: disable=g-import-not-at-top
   return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-          checkpoints.WorkdirInUseError, train_lib.NonFiniteLossError, export.ExportPathError)
+          checkpoints.WorkdirInUseError, train_lib.NonFiniteLossError, export.ExportPathError,
+          export.ExportConditionError)
 
 
 def run_main(fn: Callable[[], None], traceback: bool = False) -> None:

@@ -79,12 +79,16 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     FileNotFoundError: no config or no (such) checkpoint, or the folder of
       ``export_path`` does not exist (checked before any work).
     ConfigError: an incompatible ``config.json``.
+    ExportConditionError (a ValueError): exporting a ``condition`` the run's weight
+      source does not have (checked before any work).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet import checkpoints, export, train_lib  # pylint: disable=g-import-not-at-top
   if export_path:
     export.check_export_path(export_path)
   config = load_config(workdir)
+  if export_path:
+    export.check_condition(config, condition)
   if data_dir is not None:
     config.data.data_dir = data_dir
   path = checkpoints.resolve_checkpoint(workdir, checkpoint)

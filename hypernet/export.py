@@ -46,7 +46,8 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
     equal the task's target network on the same inputs in inference mode.
 
   Raises:
-    ValueError: the task has no ``target``, or ``condition`` is out of range.
+    ValueError: the task has no ``target``; ExportConditionError (a ValueError):
+      ``condition`` is out of range.
   """
   target = getattr(task, "target", None)
   if target is None:
@@ -64,8 +65,8 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
       count = int(value.shape[0])
       index = 0 if condition is None else int(condition)
       if not 0 <= index < count:
-        raise ValueError(f"condition={condition} is out of range: the hypernetwork has "
-                         f"{count} conditions, [0, {count}).")
+        raise ExportConditionError(f"condition={condition} is out of range: the "
+                                   f"hypernetwork has {count} conditions, [0, {count}).")
       value = value[index]
     if tuple(value.shape) != tuple(var.shape):
       raise ValueError(f"Weight {path!r}: shape {tuple(value.shape)} does not fit the "
@@ -76,6 +77,37 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
 
 class ExportPathError(ValueError):
   """The export path is not a ``.keras`` file name."""
+
+
+class ExportConditionError(ValueError):
+  """The condition (task id) to export is not one of the hypernetwork's conditions."""
+
+
+def num_conditions(config) -> int:
+  """The weight sets a run's source produces, one per condition (task id): the
+  continual ``hnet`` / ``independent`` methods' ``num_tasks``, a conditional
+  hypernetwork's ``num_conditions``; 0 when the target has one weight set."""
+  if config.task == "continual":
+    method = config.continual.method
+    return int(config.continual.num_tasks) if method in ("hnet", "independent") else 0
+  if config.hypernet.kind != "none":
+    return int(config.hypernet.num_conditions)
+  return 0
+
+
+def check_condition(config, condition: Optional[int]) -> None:
+  """Fails before any work on a ``--condition`` the run's weight source does not have.
+
+  Raises:
+    ExportConditionError (a ValueError): naming ``--condition`` and the valid range.
+  """
+  count = num_conditions(config)
+  if count and condition is not None and not 0 <= int(condition) < count:
+    field = ("config.continual.num_tasks" if config.task == "continual"
+             else "config.hypernet.num_conditions")
+    raise ExportConditionError(
+        f"--condition={condition} is out of range: the run has {count} conditions "
+        f"({field}={count}); pick one of 0..{count - 1}.")
 
 
 def check_export_path(path: str) -> None:

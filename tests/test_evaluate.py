@@ -134,6 +134,21 @@ def test_errors_name_the_problem(run, tmp_path):
     export.export_target(task, str(tmp_path / "model.h5"))
 
 
+@pytest.mark.parametrize("condition", [9, 5, -1])
+def test_export_condition_out_of_range_fails_before_any_work(tmp_path, condition):
+  """A continual hnet run (5 tasks, one condition each): checked from config.json alone,
+  before the checkpoint is looked for (this workdir has none)."""
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", "split_fmnist_hnet.py"))
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  with pytest.raises(export.ExportConditionError,
+                     match=rf"--condition={condition} is out of range: the run has 5 "
+                           r"conditions \(config\.continual\.num_tasks=5\); pick one of 0\.\.4"):
+    evaluate.evaluate(str(tmp_path), export_path=str(tmp_path / "x.keras"),
+                      condition=condition, output="")
+  export.check_condition(config, 4)
+  export.check_condition(_config(), 9)  # One weight set: the condition is ignored.
+
+
 def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialisation(tmp_path):
   """5-way 1-shot MAML on digits (a few_shot config): hypernet.evaluate reproduces the
   loop's final meta-test metrics; the export is the learned initialisation."""
