@@ -431,7 +431,7 @@ class MetaLearningTask:
           f"config.meta.one_shot_runs: the official runs are {ways}-way 1-shot with one "
           f"query per class, so they need num_ways={ways}, num_shots=1, eval_queries=1 "
           f"(got {mc.num_ways}, {mc.num_shots}, {mc.eval_queries}): meta-train a "
-          f"{ways}-way model (configs/omniglot_maml_20way.py) or set one_shot_runs=''.")
+          f"{ways}-way model (configs/omniglot_20way_maml.py) or set one_shot_runs=''.")
     if tuple(self.runs[0].support_x.shape[1:]) != tuple(image_shape):
       raise config_lib.ConfigError(
           f"One-shot run images {self.runs[0].support_x.shape[1:]} differ from the "
