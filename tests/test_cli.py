@@ -36,6 +36,20 @@ def test_flag_errors_are_one_line_naming_the_flag_and_create_nothing(tmp_path, f
   assert not workdir.exists()
 
 
+@pytest.mark.parametrize("flag, message", [
+    ("--config.hypernet.chunk_size=0", "ConfigError: config.hypernet.chunk_size must be "
+                                       "positive"),
+    ("--config.hypernet.kind=static", "set config.hypernet.targets to conv kernels, e.g. "
+                                      "'conv*/kernel'"),
+])
+def test_config_errors_are_one_line_exit_1_and_create_nothing(tmp_path, flag, message):
+  workdir = tmp_path / "run"
+  out = _run("hypernet.train", "--config=configs/digits_hyper.py", f"--workdir={workdir}", flag)
+  assert out.returncode == 1 and "Traceback" not in out.stderr
+  assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr
+  assert not workdir.exists()
+
+
 def test_workdir_that_is_a_file_and_export_into_a_missing_folder_fail_first(tmp_path):
   a_file = tmp_path / "notes.txt"
   a_file.write_text("not a folder")

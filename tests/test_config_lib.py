@@ -170,3 +170,158 @@ def test_unknown_choice_fails_before_any_work_naming_the_field(tmp_path, field, 
   with pytest.raises(config_lib.ConfigError, match=rf"config\.{field}='{value}' is not one of"):
     train_lib.train_and_evaluate(c, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
+
+
+def _load(name):
+  return config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+
+
+def _set(config, field, value):
+  node = config
+  *parents, leaf = field.split(".")
+  for p in parents:
+    node = node[p]
+  with config.ignore_type():
+    node[leaf] = value
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("name,field,value", [
+    ("digits_hyper", "hypernet.chunk_size", 0),
+    ("digits_hyper", "hypernet.chunk_size", -3),
+    ("digits_hyper", "hypernet.chunk_emb_dim", 0),
+    ("digits_hyper", "hypernet.hidden", (0,)),
+    ("digits_mlp", "hypernet.embedding_dim", 0),
+    ("digits_static", "hypernet.z_dim", 0),
+    ("digits_static", "hypernet.slice_channels", (16, 0)),
+    ("digits_hyper", "optim.lr", -1.0),
+    ("digits_hyper", "optim.lr", 0.0),
+    ("digits_hyper", "optim.lr", _NAN),
+    ("digits_hyper", "optim.lr", _INF),
+    ("digits_hyper", "optim.warmup_steps", -500),
+    ("digits_hyper", "optim.grad_clip_norm", -1.0),
+    ("digits_hyper", "optim.grad_clip_norm", _NAN),
+    ("digits_hyper", "optim.weight_decay", -0.1),
+    ("digits_hyper", "seed", -1),
+    ("digits_hyper", "seed", 2 ** 32),
+    ("digits_hyper", "data.augment_shift", -1),
+    ("digits_hyper", "model.dropout", 1.5),
+    ("digits_hyper", "model.dropout", 1.0),
+    ("digits_hyper", "model.dropout", -0.1),
+    ("digits_hyper", "model.conv_widths", (32, 0)),
+    ("digits_hyper", "model.name", "conv4"),
+    ("digits_conditional", "hypernet.num_conditions", -1),
+    ("omniglot_maml", "meta.num_ways", 0),
+    ("omniglot_maml", "meta.num_shots", 0),
+    ("omniglot_maml", "meta.inner_steps", 0),
+    ("omniglot_maml", "meta.inner_lr", -0.4),
+    ("omniglot_maml", "meta.inner_lr", _NAN),
+    ("omniglot_maml", "meta.eval_inner_steps", -1),
+    ("omniglot_maml", "meta.num_queries", 20),
+    ("omniglot_maml", "data.num_test_characters", 0),
+    ("omniglot_support_hypernet", "meta.inner_steps", -1),
+    ("sinusoid_maml", "meta.num_shots", 0),
+    ("split_fmnist_hnet", "continual.num_tasks", 0),
+    ("split_fmnist_hnet", "continual.steps_per_task", 0),
+    ("split_fmnist_hnet", "num_steps", 5001),
+])
+def test_out_of_range_values_are_named_before_any_work(name, field, value):
+  c = _load(name)
+  _set(c, field, value)
+  # The field is named; meta.num_queries is named with num_shots (Omniglot's 20 drawings).
+  named = "num_shots" if field == "meta.num_queries" else field.split(".")[-1]
+  with pytest.raises(config_lib.ConfigError, match=rf"config\.(\w+\.)?{named}"):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize("name,field,value", [
+    ("digits_hyper", "hypernet.hidden", ()),          # A linear generator.
+    ("digits_hyper", "optim.grad_clip_norm", 0.0),     # 0: no clipping.
+    ("digits_hyper", "model.dropout", 0.0),
+    ("omniglot_support_hypernet", "meta.inner_steps", 0),  # Generated head, no inner loop.
+    ("split_fmnist_hnet", "num_steps", 100),           # Stops inside task 0 (a warning).
+    ("sinusoid_maml", "meta.num_ways", 0),             # Sinusoids have no classes.
+])
+def test_edge_values_that_are_valid(name, field, value):
+  c = _load(name)
+  _set(c, field, value)
+  config_lib.validate(c)
+
+
+def test_continual_num_steps_past_the_sequence_names_both_fields():
+  c = _load("split_fmnist_hnet")
+  c.num_steps = 6000
+  with pytest.raises(config_lib.ConfigError, match=r"config\.num_steps=6000 .*config\."
+                     r"continual\.num_tasks \* steps_per_task = 5 \* 1000 = 5000.*"
+                     r"--config\.num_steps=5000"):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    # The static kind generates square conv kernels only.
+    ("hypernet.kind", "static", r"config\.hypernet\.targets=.* selects 'conv1/bias' .* "
+                                r"config\.hypernet\.kind='static' .* e\.g\. 'conv\*/kernel'"),
+    # The sinusoid target (an MLP) has no conv layers.
+    ("task", "sinusoid", r"config\.hypernet\.targets=.*the pattern 'conv\*/\*' matches no "
+                         r"trainable weight of the target network 'mlp'"),
+])
+def test_patterns_the_target_cannot_take_fail_before_the_workdir(tmp_path, field, value, match):
+  c = digits_hyper.get_config()
+  _set(c, field, value)
+  _fails_before_training(c, tmp_path, match)
+
+
+def _omniglot_config(data_dir, **meta):
+  c = _load("omniglot_maml")
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.data.omniglot_zips = "images_background_small1.zip,images_background_small2.zip"
+  c.data.num_test_characters = 50
+  for k, v in meta.items():
+    _set(c, k, v)
+  return c
+
+
+def test_omniglot_without_a_data_folder_fails_before_the_workdir(tmp_path):
+  _fails_before_training(_load("omniglot_maml"), tmp_path,
+                         r"config\.data\.data_dir is empty: set it to the folder")
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"meta.num_ways": 5000}, r"config\.meta\.num_ways=5000 exceeds the 768 meta-train "
+                              r"classes"),
+    ({"data.num_test_characters": 500}, r"config\.data\.num_test_characters=500 leaves no "
+                                        r".* 242 characters; pick 1\.\.241"),
+    ({"meta.one_shot_runs": "all_runs.zip"}, r"config\.meta\.one_shot_runs: .* need "
+                                             r"num_ways=20"),
+])
+def test_omniglot_checks_that_need_the_data_leave_no_workdir(data_dir, tmp_path, overrides,
+                                                             match):
+  """Raised while building (the class counts come from the zips), in the locked workdir:
+  the workdir the run created is removed again."""
+  _fails_before_training(_omniglot_config(data_dir, **overrides), tmp_path, match)
+
+
+def test_an_existing_workdir_is_kept_on_a_config_error(data_dir, tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "notes.txt").write_text("mine")
+  with pytest.raises(config_lib.ConfigError, match=r"num_ways=5000"):
+    train_lib.train_and_evaluate(_omniglot_config(data_dir, **{"meta.num_ways": 5000}),
+                                 str(workdir))
+  assert sorted(os.listdir(workdir)) == ["lock", "notes.txt"]
+
+
+def test_config_files_named_in_messages_exist():
+  """Every ``configs/NAME.py`` that a message (or docstring) under hypernet/ names is a
+  real file."""
+  import re  # pylint: disable=g-import-not-at-top
+  named = set()
+  for path in glob.glob(os.path.join(REPO, "hypernet", "**", "*.py"), recursive=True):
+    with open(path) as f:
+      named.update((os.path.relpath(path, REPO), m)
+                   for m in re.findall(r"configs/[a-z0-9_]+\.py", f.read()))
+  assert named
+  missing = sorted((src, m) for src, m in named if not os.path.exists(os.path.join(REPO, m)))
+  assert not missing, f"messages name config files that do not exist: {missing}"
