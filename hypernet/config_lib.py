@@ -199,7 +199,7 @@ def _check_ranges(config) -> None:
                       f"{config.data.augment_shift}.")
   if config.task != "sinusoid":
     _check_model(config)
-  _check_hypernet(config.hypernet)
+  _check_hypernet(config.hypernet, config.task)
   if config.task in _META_TASKS:
     _check_meta(config)
   if config.task == "continual":
@@ -227,7 +227,7 @@ def _check_model(config) -> None:
       raise ConfigError(f"config.model.kernel_size must be positive, got {m.kernel_size}.")
 
 
-def _check_hypernet(h) -> None:
+def _check_hypernet(h, task: str) -> None:
   if h.kind == "none":
     return
   if h.num_conditions < 0:
@@ -240,6 +240,13 @@ def _check_hypernet(h) -> None:
       not isinstance(w, numbers.Integral) or w <= 0 for w in h.hidden):
     raise ConfigError(f"config.hypernet.hidden={tuple(h.hidden)}: hidden widths must be "
                       "positive integers (() for a linear generator).")
+  if h.kind == "chunked" and not tuple(h.hidden) and (
+      h.num_conditions or (task in ("multitask_classification", "continual"))):
+    raise ConfigError(
+        "config.hypernet.hidden=() makes the chunked generator linear, and a conditional "
+        "one (config.hypernet.num_conditions > 0, multitask or continual tasks) would only "
+        "add one vector to every chunk per condition: give it a hidden layer, e.g. "
+        "--config.hypernet.hidden='(64,)'.")
   if h.kind == "mlp" and h.embedding_dim <= 0:
     raise ConfigError(f"config.hypernet.embedding_dim must be positive, got "
                       f"{h.embedding_dim}.")

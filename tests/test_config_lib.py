@@ -213,6 +213,8 @@ _NAN, _INF = float("nan"), float("inf")
     ("digits_hyper", "model.conv_widths", (32, 0)),
     ("digits_hyper", "model.name", "conv4"),
     ("digits_conditional", "hypernet.num_conditions", -1),
+    ("digits_conditional", "hypernet.hidden", ()),    # A linear generator, conditioned.
+    ("split_fmnist_hnet", "hypernet.hidden", ()),
     ("omniglot_maml", "meta.num_ways", 0),
     ("omniglot_maml", "meta.num_shots", 0),
     ("omniglot_maml", "meta.inner_steps", 0),
@@ -232,6 +234,7 @@ def test_out_of_range_values_are_named_before_any_work(name, field, value):
   _set(c, field, value)
   # The field is named; meta.num_queries is named with num_shots (Omniglot's 20 drawings).
   named = "num_shots" if field == "meta.num_queries" else field.split(".")[-1]
+  named = rf"{named}=\(\) .* hidden layer" if value == () else named
   with pytest.raises(config_lib.ConfigError, match=rf"config\.(\w+\.)?{named}"):
     config_lib.validate(c)
 
