@@ -271,16 +271,16 @@ def check_workdir_is_folder(workdir: str, flag: str = "--workdir") -> None:
 
 
 def _metric_text(name: str, value) -> str:
-  if isinstance(value, float) and "accuracy" in name and "ci95" not in name:
-    return f"{name} {100 * value:.2f}%"
+  if isinstance(value, float) and ("accuracy" in name or name.endswith("error")):
+    return f"{name} {100 * value:.2f}%"  # Fractions (and their CI95 half-widths) in %.
   if isinstance(value, float):
     return f"{name} {value:.4g}"
   return f"{name} {value}"
 
 
 def format_metrics(metrics: Mapping) -> str:
-  """``"accuracy 97.77%, loss 0.08019"``: accuracies first and in percent (not their
-  ``_ci95`` half-widths), other values to 4 significant digits."""
+  """``"accuracy 97.77%, loss 0.08019"``: accuracies first; accuracies, error rates and
+  their ``_ci95`` half-widths in percent; other values to 4 significant digits."""
   order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
   return ", ".join(_metric_text(k, metrics[k]) for k in order)
 
@@ -313,12 +313,16 @@ def closing_summary(result: Mapping, workdir: str) -> str:
         checkpoints: /tmp/hypernet/digits_hyper/checkpoints (latest: step 3000)
         TensorBoard: tensorboard --logdir /tmp/hypernet/digits_hyper
   """
-  skip = ("step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
+  skip = ("step", "start_step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
   checkpoints = os.path.join(workdir, "checkpoints")
   latest = _latest_checkpoint_step(checkpoints)
+  start = result.get("start_step") or 0
+  ran = (f" in {result.get('wall_time_sec', 0):.1f} s" if not start else
+         f" (resumed at step {start}: {result.get('step', start) - start} steps in "
+         f"{result.get('wall_time_sec', 0):.1f} s)")
   lines = [
-      f"Done: {result.get('step', '?')} steps in {result.get('wall_time_sec', 0):.1f} s.",
+      f"Done: {result.get('step', '?')} steps{ran}.",
       "  test:        " + format_metrics(metrics),
       f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None

@@ -466,7 +466,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
   Returns:
     The final evaluation metrics (``{"loss": ..., "accuracy": ...}``) with ``step``,
-    ``wall_time_sec``, ``params/*`` counts and ``skipped_steps`` (non-finite steps
+    ``start_step`` (the step this process resumed at; 0 for a fresh run),
+    ``wall_time_sec`` (this process's, from ``start_step``), ``params/*`` counts and ``skipped_steps`` (non-finite steps
     skipped with ``config.fault.nonfinite="skip"``).
 
   Raises:
@@ -655,7 +656,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   if not eval_metrics:  # A finished run without saved metrics: evaluate the restored one.
     eval_metrics = trainer.evaluate()
   result = dict(eval_metrics)
-  result.update(step=step, wall_time_sec=time.time() - t0,
+  result.update(step=step, start_step=start, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})
   result["skipped_steps"] = skipped
   if hasattr(trainer.task, "final_metrics"):

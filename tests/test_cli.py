@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from hypernet import cli
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -132,3 +134,16 @@ def test_ctrl_c_saves_says_so_and_exits_130_without_a_traceback(tmp_path):
   step = int(stopped[0].split("at step ")[1].split(";")[0])
   assert step >= 20 and os.path.exists(workdir / "checkpoints" / f"ckpt-{step}.index")
   assert stdout == ""  # No summary for an unfinished run.
+
+
+def test_closing_summary_counts_a_resumed_process_and_shows_fractions_in_percent():
+  """A resumed run's time is its own process's, said so; accuracies, error rates and their
+  CI95 half-widths are fractions shown in percent."""
+  result = {"accuracy": 0.322, "accuracy_ci95": 0.04198, "one_shot_error": 0.675,
+            "loss": 1.5, "step": 3000, "start_step": 1500, "wall_time_sec": 7.92}
+  summary = cli.closing_summary(result, "/tmp/run").splitlines()
+  assert summary[0] == "Done: 3000 steps (resumed at step 1500: 1500 steps in 7.9 s)."
+  assert summary[1] == ("  test:        accuracy 32.20%, accuracy_ci95 4.20%, "
+                        "one_shot_error 67.50%, loss 1.5")
+  result.update(start_step=0)
+  assert cli.closing_summary(result, "/tmp/run").splitlines()[0] == "Done: 3000 steps in 7.9 s."
