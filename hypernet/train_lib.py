@@ -236,6 +236,9 @@ class Trainer:
       try:
         self.checkpoint.restore(latest).assert_existing_objects_matched()
       except (ValueError, AssertionError, tf.errors.OpError) as e:
+        # TensorFlow would list every unrestored value when the failed restore is garbage
+        # collected, after the one-line error below: that error says it all.
+        tf.get_logger().addFilter(_drop_unrestored_value_warnings)
         from hypernet import config_lib  # pylint: disable=g-import-not-at-top
         raise config_lib.ConfigError(
             f"The checkpoint {latest} does not fit this config: the run that wrote it had a "
@@ -284,6 +287,14 @@ class Trainer:
   def close(self) -> None:
     """Removes a non-chief worker's temporary checkpoint folder."""
     distribute.remove_write_dir(self.write_dir, self.workdir)
+
+
+def _drop_unrestored_value_warnings(record) -> bool:
+  """A ``logging`` filter: False for TensorFlow's warnings about the values a failed
+  checkpoint restore left unrestored."""
+  return not record.getMessage().startswith((
+      "Detecting that an object or model or tf.train.Checkpoint is being deleted with "
+      "unrestored values", "Value in checkpoint could not be found"))
 
 
 # -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
