@@ -224,11 +224,12 @@ class Trainer:
         lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None), sums)
 
   # -- public -----------------------------------------------------------------------
-  def restore(self) -> int:
+  def restore(self, replay: bool = False) -> int:
     """Restores the latest checkpoint if there is one; returns the step to start at.
 
     Every worker restores the chief's latest checkpoint (``workdir/checkpoints``), also
-    non-chief workers, whose own saves go to a temporary folder.
+    non-chief workers, whose own saves go to a temporary folder. ``replay``: the restore
+    is the non-finite step search's rewind (logged as such, not as a resume).
     """
     latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
     if latest:
@@ -245,7 +246,7 @@ class Trainer:
             f"different config (changed here: {', '.join(changed) or 'unknown'}). Rerun with "
             f"that run's config (saved in {os.path.join(self.workdir, 'config.json')}), or "
             f"train in a new --workdir. [{type(e).__name__}: {str(e)[:200]}]") from e
-      if changed:
+      if changed and not replay:
         logging.warning("Resuming with a config that differs from the run that wrote the "
                         "checkpoint in: %s. The new values apply from step %d on.",
                         ", ".join(changed), self.current_step())
@@ -255,7 +256,8 @@ class Trainer:
       if not isinstance(optimizer._learning_rate,  # pylint: disable=protected-access
                         keras.optimizers.schedules.LearningRateSchedule):
         optimizer.learning_rate = self.config.optim.lr
-      logging.info("Resumed from %s at step %d.", latest, self.current_step())
+      logging.info("Rewound to %s (step %d) to replay the steps after it." if replay else
+                   "Resumed from %s at step %d.", latest, self.current_step())
     return self.current_step()
 
   def current_step(self) -> int:
@@ -431,7 +433,7 @@ def _replay_to(trainer: Trainer, step: int) -> int:
     -1 when the parameters are now those after ``step``; else the first non-finite step
     met while replaying (the replay stops before it, as the original run did).
   """
-  start = trainer.restore()
+  start = trainer.restore(replay=True)
   if start > step:
     raise RuntimeError(f"The latest checkpoint (step {start}) is past step {step}.")
   if step > start:

@@ -181,7 +181,9 @@ def _bad_steps(data, config, num_steps):
   return [s + 1 for s, b in enumerate(ds) if not np.all(np.isfinite(b["image"].numpy()))]
 
 
-def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp_path, monkeypatch):
+def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp_path, monkeypatch,
+                                                                            caplog):
+  caplog.set_level("INFO")
   load = _poisoned_digits(monkeypatch)
   config = _config(num_steps=60, checkpoint_every=5)
   bad = _bad_steps(load(config.data), config, 60)
@@ -197,6 +199,8 @@ def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith(f"ckpt-{last_good}")
   values = _checkpoint_values(tmp_path)
   assert all(np.all(np.isfinite(v)) for v in values.values() if v.dtype.kind == "f")
+  # The search for the bad step rewinds; a fresh run is not reported as resumed.
+  assert "Rewound to" in caplog.text and "Resumed from" not in caplog.text
 
 
 def test_huge_learning_rate_names_the_first_overflowing_tensor(tmp_path):
