@@ -594,7 +594,7 @@ def base_config():
   c.hypernet.targets = "*"     # glob/regex patterns of generated target weights
   c.hypernet.train_rest = True  # train target weights that are not generated
   c.hypernet.init = "hyperfan_in"  # hyperfan_in | hyperfan_out | glorot
-  c.hypernet.hidden = (64,)    # mlp trunk / chunked generator hidden widths
+  c.hypernet.hidden = (64,)    # mlp trunk / chunked generator hidden widths (chunked: () = linear)
   c.hypernet.embedding_dim = 8  # mlp: learned input embedding size
   c.hypernet.chunk_size = 1024  # chunked
   c.hypernet.chunk_emb_dim = 32  # chunked

@@ -41,6 +41,17 @@ direct-training gradient itself. The forward pass and every other gradient are
 unchanged. Measured on Fashion-MNIST (``fmnist_chunked`` targets, 2,000 steps): at 0.52x
 it closed most of the gap to direct training (experiments/RESULTS_hypernets.md).
 
+Linear generator: with ``hidden=()`` the generator is linear, ``chunk_c = W_out e_c +
+b_out``, and the ``[C, k]`` chunk matrix is the factorisation ``[E, 1] [W_out; b_out]`` of
+rank ``<= d_e + 1`` (Ha et al.'s static hypernetwork is linear too). At the same rank and
+compression it trained faster than a ReLU layer on the Fashion-MNIST compression
+frontier (2,000 steps, direct training 90.03%: at 1.5x over 3 seeds 89.10% against
+87.72%, 89.35% against 88.78% with ``emb_multiplier=10`` and the K-FAC head; 1.4-2.9
+points above at every point from 0.5x to 17x; experiments/RESULTS_hypernets.md), but at
+the long budgets of ``digits_hyper`` (20 seeds) and ``fashion_mnist_hyper`` it was no
+better, so the default keeps a hidden layer. A conditional hypernetwork needs one: linear in ``[e_c ; condition]``, the
+condition would only add one vector to every chunk.
+
 Initialisation (hyperfan-style, Chang et al. 2020): ``W_out`` is drawn with variance
 ``1 / (d_h * Var[h])`` where ``Var[h]`` is measured on the initial hidden activations of
 all chunk embeddings, and ``b_out = -W_out . mean(h)``, so each raw chunk element has
