@@ -54,6 +54,7 @@ class WorkdirLock:
     self.path = os.path.join(workdir, LOCK_NAME)
     self.enabled = enabled
     self._fd: Optional[int] = None
+    self._created: list = []
 
   def acquire(self) -> "WorkdirLock":
     if not self.enabled:
@@ -67,6 +68,12 @@ class WorkdirLock:
     except ImportError:  # Not a POSIX system.
       logging.warning("No fcntl: workdir %s is not locked against a second job.", self.workdir)
       return self
+    # The folders this lock creates (the workdir and any missing parents, deepest first),
+    # for remove_if_unused.
+    missing, folder = [], os.path.abspath(self.workdir)
+    while not os.path.exists(folder):
+      missing.append(folder)
+      folder = os.path.dirname(folder)
     os.makedirs(self.workdir, exist_ok=True)
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -88,7 +95,24 @@ class WorkdirLock:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(info).encode(), 0)
     self._fd = fd
+    self._created = missing
     return self
+
+  def remove_if_unused(self) -> None:
+    """While still holding the lock: if this lock created the workdir and it holds nothing
+    but the lock file (a job that failed while building), removes the lock file, the
+    workdir and the parents the lock created, so a failed first run leaves nothing.
+    Folders that existed before, or that hold anything else, are kept."""
+    if self._fd is None or not self._created:
+      return
+    if set(os.listdir(self.workdir)) != {LOCK_NAME}:
+      return
+    os.remove(self.path)  # Holding the lock: a second job could not have taken it.
+    for folder in self._created:
+      try:
+        os.rmdir(folder)
+      except OSError:  # Not empty (another job's files): keep it and its parents.
+        break
 
   def release(self) -> None:
     """Releases the lock (the file stays: removing it would race with a new job)."""

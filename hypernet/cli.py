@@ -261,7 +261,18 @@ def run_main(fn: Callable[[], None], traceback: bool = False) -> None:
     if traceback:
       raise
     logging.error("%s: %s", type(e).__name__, e)
+    # A checkpoint that did not fit: TensorFlow would list every unrestored value when the
+    # failed restore is garbage collected at exit, after the one line that says it all.
+    py_logging.getLogger("tensorflow").addFilter(_drop_unrestored_value_warnings)
     raise SystemExit(1) from None
+
+
+def _drop_unrestored_value_warnings(record) -> bool:
+  """A ``logging`` filter: False for TensorFlow's warnings about the values a failed
+  checkpoint restore left unrestored."""
+  return not record.getMessage().startswith((
+      "Detecting that an object or model or tf.train.Checkpoint is being deleted with "
+      "unrestored values", "Value in checkpoint could not be found"))
 
 
 def check_workdir_is_folder(workdir: str, flag: str = "--workdir") -> None:

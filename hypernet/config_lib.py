@@ -240,16 +240,17 @@ def _check_hypernet(h, task: str) -> None:
       not isinstance(w, numbers.Integral) or w <= 0 for w in h.hidden):
     raise ConfigError(f"config.hypernet.hidden={tuple(h.hidden)}: hidden widths must be "
                       "positive integers (() for a linear generator).")
-  if h.kind == "chunked" and not tuple(h.hidden) and (
-      h.num_conditions or (task in ("multitask_classification", "continual"))):
+  conditional = h.num_conditions > 0 or task in ("multitask_classification", "continual")
+  if h.kind == "chunked" and not tuple(h.hidden) and conditional:
     raise ConfigError(
         "config.hypernet.hidden=() makes the chunked generator linear, and a conditional "
         "one (config.hypernet.num_conditions > 0, multitask or continual tasks) would only "
         "add one vector to every chunk per condition: give it a hidden layer, e.g. "
         "--config.hypernet.hidden='(64,)'.")
-  if h.kind == "mlp" and h.embedding_dim <= 0:
-    raise ConfigError(f"config.hypernet.embedding_dim must be positive, got "
-                      f"{h.embedding_dim}.")
+  if h.kind == "mlp" and (h.embedding_dim < 0 or (h.embedding_dim == 0 and not conditional)):
+    raise ConfigError(f"config.hypernet.embedding_dim must be positive (0 only for a "
+                      f"conditional hypernetwork, whose input is then the condition alone), "
+                      f"got {h.embedding_dim}.")
   if h.kind == "chunked":
     for name in ("chunk_size", "chunk_emb_dim"):
       if h[name] <= 0:

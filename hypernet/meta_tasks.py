@@ -169,8 +169,9 @@ def _load_few_shot_data(config):
     folder = omniglot_dir(config)
     zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
     if not zips:
-      raise ValueError("config.data.omniglot_zips is empty; name the image zips, e.g. "
-                       "'images_background.zip'.")
+      from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+      raise config_lib.ConfigError("config.data.omniglot_zips is empty; name the image "
+                                   "zips, e.g. 'images_background.zip'.")
     images = omniglot.load_omniglot(zips, data_dir=folder, image_size=dc.image_size)
     if not 1 <= dc.num_test_characters < images.num_classes:
       from hypernet import config_lib  # pylint: disable=g-import-not-at-top

@@ -237,9 +237,6 @@ class Trainer:
       try:
         self.checkpoint.restore(latest).assert_existing_objects_matched()
       except (ValueError, AssertionError, tf.errors.OpError) as e:
-        # TensorFlow would list every unrestored value when the failed restore is garbage
-        # collected, after the one-line error below: that error says it all.
-        tf.get_logger().addFilter(_drop_unrestored_value_warnings)
         from hypernet import config_lib  # pylint: disable=g-import-not-at-top
         raise config_lib.ConfigError(
             f"The checkpoint {latest} does not fit this config: the run that wrote it had a "
@@ -289,14 +286,6 @@ class Trainer:
   def close(self) -> None:
     """Removes a non-chief worker's temporary checkpoint folder."""
     distribute.remove_write_dir(self.write_dir, self.workdir)
-
-
-def _drop_unrestored_value_warnings(record) -> bool:
-  """A ``logging`` filter: False for TensorFlow's warnings about the values a failed
-  checkpoint restore left unrestored."""
-  return not record.getMessage().startswith((
-      "Detecting that an object or model or tf.train.Checkpoint is being deleted with "
-      "unrestored values", "Value in checkpoint could not be found"))
 
 
 # -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
@@ -353,19 +342,6 @@ def _check_before_building(config) -> None:
   else:
     return
   config_lib.check_target_patterns(config, target)
-
-
-def _remove_fresh_workdir(workdir: str) -> None:
-  """Removes ``workdir`` if it holds nothing but the lock file (a run that failed on its
-  config while building, in a workdir it created)."""
-  if "://" in workdir or not os.path.isdir(workdir):
-    return
-  from hypernet import checkpoints  # pylint: disable=g-import-not-at-top
-  entries = os.listdir(workdir)
-  if set(entries) <= {checkpoints.LOCK_NAME}:
-    for name in entries:
-      os.remove(os.path.join(workdir, name))
-    os.rmdir(workdir)
 
 
 def _describe_nonfinite(name: str, value) -> Optional[str]:
@@ -505,17 +481,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   if config.deterministic:
     tf.config.experimental.enable_op_determinism()
   catcher = checkpoints.SignalCatcher(enabled=config.fault.handle_signals)
-  fresh = not tf.io.gfile.exists(workdir)
-  try:
-    with checkpoints.WorkdirLock(workdir, enabled=config.fault.lock_workdir and chief), \
-        catcher:
+  lock = checkpoints.WorkdirLock(workdir, enabled=config.fault.lock_workdir and chief)
+  with lock, catcher:
+    try:
       result = _train_and_evaluate_locked(config, workdir, catcher)
-  except config_lib.ConfigError:
-    # Checks that need the loaded data or the built task (Omniglot class counts, ...)
-    # fail while building, in the locked workdir: a workdir made for this run goes again.
-    if fresh and chief:
-      _remove_fresh_workdir(workdir)
-    raise
+    except BaseException:
+      # A job that failed while building (checks that need the loaded data or the built
+      # task, e.g. more ways than Omniglot has classes) leaves no workdir it created.
+      lock.remove_if_unused()
+      raise
   if catcher.received is not None:
     catcher.exit_by_signal()
   return result

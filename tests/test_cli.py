@@ -147,3 +147,27 @@ def test_closing_summary_counts_a_resumed_process_and_shows_fractions_in_percent
                         "one_shot_error 67.50%, loss 1.5")
   result.update(start_step=0)
   assert cli.closing_summary(result, "/tmp/run").splitlines()[0] == "Done: 3000 steps in 7.9 s."
+
+
+def test_a_user_error_exits_1_and_silences_tensorflows_unrestored_value_list():
+  """After the one-line error for a checkpoint that does not fit, TensorFlow's warnings
+  about the failed restore's unrestored values (at exit) are dropped; others are kept."""
+  import logging  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+
+  def fail():
+    raise config_lib.ConfigError("The checkpoint does not fit this config.")
+
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_main(fail)
+  assert exit_info.value.code == 1
+  tf_logger = logging.getLogger("tensorflow")
+  try:
+    def record(message):
+      return logging.LogRecord("tensorflow", logging.WARNING, "checkpoint.py", 1, message,
+                               None, None)
+    assert not tf_logger.filter(record("Value in checkpoint could not be found in the "
+                                       "restored object: (root).save_counter"))
+    assert tf_logger.filter(record("Another warning"))
+  finally:
+    tf_logger.removeFilter(cli._drop_unrestored_value_warnings)  # pylint: disable=protected-access

@@ -243,6 +243,7 @@ def test_out_of_range_values_are_named_before_any_work(name, field, value):
     ("digits_hyper", "hypernet.hidden", ()),          # A linear generator.
     ("digits_hyper", "optim.grad_clip_norm", 0.0),     # 0: no clipping.
     ("digits_hyper", "model.dropout", 0.0),
+    ("fmnist_conditional", "hypernet.embedding_dim", 0),  # The condition is the input.
     ("omniglot_support_hypernet", "meta.inner_steps", 0),  # Generated head, no inner loop.
     ("split_fmnist_hnet", "num_steps", 100),           # Stops inside task 0 (a warning).
     ("sinusoid_maml", "meta.num_ways", 0),             # Sinusoids have no classes.
@@ -304,6 +305,30 @@ def test_omniglot_checks_that_need_the_data_leave_no_workdir(data_dir, tmp_path,
   """Raised while building (the class counts come from the zips), in the locked workdir:
   the workdir the run created is removed again."""
   _fails_before_training(_omniglot_config(data_dir, **overrides), tmp_path, match)
+
+
+def test_a_failure_while_building_leaves_no_folder_it_created(data_dir, tmp_path):
+  """Also for an error raised while building that is not a ConfigError, and for the
+  missing parents of a nested --workdir; a parent that existed is kept."""
+  c = _omniglot_config(data_dir, **{"data.num_test_characters": 5000})
+  workdir = tmp_path / "a" / "b" / "run"
+  with pytest.raises(config_lib.ConfigError, match="num_test_characters=5000"):
+    train_lib.train_and_evaluate(c, str(workdir))
+  assert not (tmp_path / "a").exists() and tmp_path.exists()
+  def fail(*args, **kwargs):
+    raise ValueError("some other error while building")
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(train_lib.Trainer, "__init__", fail)
+    with pytest.raises(ValueError, match="some other error"):
+      train_lib.train_and_evaluate(digits_hyper.get_config(), str(workdir))
+  assert not (tmp_path / "a").exists()
+  (tmp_path / "mine").mkdir()  # A folder that existed before the run is kept.
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(train_lib.Trainer, "__init__", fail)
+    with pytest.raises(ValueError, match="some other error"):
+      train_lib.train_and_evaluate(digits_hyper.get_config(), str(tmp_path / "mine"))
+  assert (tmp_path / "mine").is_dir()
 
 
 def test_an_existing_workdir_is_kept_on_a_config_error(data_dir, tmp_path):

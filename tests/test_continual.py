@@ -209,5 +209,6 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
 
 
 def test_bad_continual_config_names_the_field(tmp_path):
-  with pytest.raises(ValueError, match=r"config.num_steps=999 must be at most"):
+  with pytest.raises(ValueError, match=r"config\.num_steps=999 is more than config\.continual\."
+                                       r"num_tasks \* steps_per_task = 2 \* 40 = 80"):
     train_lib.train_and_evaluate(_config(**{"num_steps": 999}), str(tmp_path))
