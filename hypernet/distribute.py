@@ -28,6 +28,7 @@ import os
 import tempfile
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
+from absl import logging
 import keras
 import tensorflow as tf
 
@@ -45,7 +46,8 @@ def _tf_config() -> dict:
   try:
     return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
   except json.JSONDecodeError as e:
-    raise ValueError(f"TF_CONFIG is not valid JSON ({e}); it must look like "
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    raise config_lib.ConfigError(f"TF_CONFIG is not valid JSON ({e}); it must look like "
                      '{"cluster": {"worker": ["host:port", ...]}, '
                      '"task": {"type": "worker", "index": 0}}.') from e
 
@@ -73,8 +75,9 @@ def get_strategy(config) -> tf.distribute.Strategy:
     replicas the global batch is split across.
 
   Raises:
-    ValueError: an unknown kind (lists the known ones); ``"multi_worker"`` with a
-      ``TF_CONFIG`` that is not JSON; ``"tpu"`` where no TPU can be found.
+    ValueError: an unknown kind (lists the known ones). ConfigError (a ValueError):
+      ``"multi_worker"`` with a ``TF_CONFIG`` that is not JSON; ``"tpu"`` where no TPU can
+      be found.
   """
   kind = config if isinstance(config, str) else config.distribution
   if kind not in KINDS:
@@ -97,7 +100,10 @@ def get_strategy(config) -> tf.distribute.Strategy:
 
 
 def _multi_worker() -> tf.distribute.Strategy:
-  _tf_config()  # A clear error for malformed JSON.
+  if not _tf_config().get("cluster"):  # (And a clear error for malformed JSON.)
+    logging.warning("config.distribution='multi_worker' but TF_CONFIG names no cluster: "
+                    "this process trains alone, as one worker. Set TF_CONFIG on every "
+                    "worker (docs/distributed.md).")
   return tf.distribute.MultiWorkerMirroredStrategy()
 
 
@@ -108,8 +114,9 @@ def _tpu() -> tf.distribute.Strategy:
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
-    raise ValueError("config.distribution='tpu' but no TPU was found (set $TPU_NAME, or "
-                     f"use 'auto'/'mirrored'): {e}") from e
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    raise config_lib.ConfigError("config.distribution='tpu' but no TPU was found (set "
+                                 f"$TPU_NAME, or use 'auto'/'mirrored'): {e}") from e
   return tf.distribute.TPUStrategy(resolver)
 
 

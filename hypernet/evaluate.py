@@ -92,7 +92,14 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
   if data_dir is not None:
     config.data.data_dir = data_dir
   path = checkpoints.resolve_checkpoint(workdir, checkpoint)
-  trainer = train_lib.Trainer(config, workdir)
+  try:
+    trainer = train_lib.Trainer(config, workdir)
+  except FileNotFoundError as e:
+    if data_dir is not None:
+      raise
+    # The run's config.json keeps its data_dir as given (perhaps relative to where it ran).
+    raise FileNotFoundError(f"{e} Here, pass the data folder as --data_dir=PATH (the run's "
+                            f"config.data.data_dir is {config.data.data_dir!r}).") from e
   trainer.checkpoint.restore(path).assert_existing_objects_matched()
   step = int(trainer.step.read_value())
   result: Dict[str, Any] = dict(trainer.evaluate())

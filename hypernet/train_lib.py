@@ -121,6 +121,9 @@ class Trainer:
     self.strategy = distribute.get_strategy(config)
     self.num_replicas = self.strategy.num_replicas_in_sync
     self.is_chief = distribute.is_chief(self.strategy)
+    if config.distribution != "auto" or self.num_replicas > 1:
+      logging.info("Distribution: %s (config.distribution=%r), %d replica(s).",
+                   type(self.strategy).__name__, config.distribution, self.num_replicas)
     keras.utils.set_random_seed(config.seed)
     policy = config.dtype_policy
     with distribute.dtype_policy(policy), self.strategy.scope():

@@ -2,6 +2,7 @@
 predicts exactly as the hypernetwork-driven target does, without hypernet installed."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -129,6 +130,17 @@ def test_errors_name_the_problem(run, tmp_path):
     evaluate.evaluate(str(workdir), checkpoint=7, output="")
   with pytest.raises(FileNotFoundError, match=r"config\.json does not exist"):
     evaluate.evaluate(str(tmp_path))
+  # A run whose config.json names a data folder that is not there from here (a relative
+  # path saved as given): the error says to pass --data_dir.
+  moved = tmp_path / "moved"
+  shutil.copytree(workdir, moved)
+  config = json.loads((moved / "config.json").read_text())
+  config["data"].update(name="fashion_mnist", data_dir="relative/fashion-mnist")
+  (moved / "config.json").write_text(json.dumps(config))
+  with pytest.raises(FileNotFoundError, match=r"pass the data folder as --data_dir=PATH "
+                                              r"\(the run's config\.data\.data_dir is "
+                                              r"'relative/fashion-mnist'\)"):
+    evaluate.evaluate(str(moved), output="")
   task = tasks.ClassificationTask(_config())
   with pytest.raises(ValueError, match=r"must end in '\.keras'"):
     export.export_target(task, str(tmp_path / "model.h5"))
