@@ -17,6 +17,7 @@ config's chunked hypernetwork; chunk settings from the config unless ``--chunk_s
 """
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 from typing import Dict
@@ -30,7 +31,8 @@ from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_CONFIG = flags.DEFINE_string("config", "digits_hyper", "configs/<name>.py to start from.")
+_CONFIG = flags.DEFINE_string("config", "digits_hyper", "Config to start from: a name in "
+                              "configs/ (configs/<name>.py), or a .py file.")
 _STEPS = flags.DEFINE_integer("steps", 300, "Training steps per variant.")
 _EVERY = flags.DEFINE_integer("every", 50, "Steps between weight snapshots.")
 _VARIANTS = flags.DEFINE_list("variants", ["direct:1e-3", "chunked:1e-3", "chunked:3e-3"],
@@ -44,9 +46,53 @@ _SEED = flags.DEFINE_integer("seed", 0, "config.seed.")
 KINDS = {"direct": "none", "chunked": "chunked"}
 
 
+def config_path(name: str) -> str:
+  """The config file ``--config`` names: ``configs/<name>.py`` for a bare name
+  (``digits_hyper``), else ``name`` itself when it is a ``.py`` file
+  (``configs/digits_hyper.py``)."""
+  if name.endswith(".py") and os.path.isfile(name):
+    return name
+  return os.path.join(REPO, "configs", f"{name}.py")
+
+
 def load_config(name: str):
-  """``configs/<name>.py:get_config()``."""
-  return config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+  """``configs/<name>.py:get_config()`` (see :func:`config_path`)."""
+  return config_lib.load_config_file(config_path(name))
+
+
+def parse_flags(argv):
+  """absl flag parsing for this script (``app.run(main, flags_parser=parse_flags)``).
+
+  ``--config`` here is a config NAME from configs/ (a plain string flag), not the config
+  FILE of ``hypernet.cli.parse_flags`` (ml_collections), so that parser does not apply.
+  ``--help`` / ``--helpfull`` print the flags and exit 0; a bad flag or value, or a
+  ``--config`` naming no config, is one line on stderr and exit status 1.
+
+  Returns:
+    The remaining (positional) arguments, program name first.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+  program = "chunked_diagnostics"
+  try:
+    rest = flags.FLAGS(argv)
+  except SystemExit:
+    # absl's --help / --helpfull print the usage and exit 1; asking for help succeeds.
+    if any(a in ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
+           for a in argv[1:]):
+      sys.exit(0)
+    raise
+  except flags.Error as e:
+    sys.stderr.write(f"{program}: error: {e}\n")
+    sys.exit(1)
+  if not os.path.isfile(config_path(_CONFIG.value)):
+    names = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "configs"))
+                   if f.endswith(".py") and not f.startswith("_"))
+    close = difflib.get_close_matches(_CONFIG.value, names, n=1)
+    hint = f" Did you mean {close[0]}?" if close else f" Known: {', '.join(names)}."
+    sys.stderr.write(f"{program}: error: --config={_CONFIG.value}: no config "
+                     f"configs/{_CONFIG.value}.py.{hint}\n")
+    sys.exit(1)
+  return rest
 
 
 def _layer_weights(trainer) -> Dict[str, np.ndarray]:
@@ -168,5 +214,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, flags_parser=parse_flags)
