@@ -12,12 +12,19 @@ ewc,independent}.py`` for the given seeds with ``python -m hypernet.train``, eac
 
     python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
         --root=/tmp/hypernet/continual --seeds=0,1,2
+
+A small run of the whole pipeline (4 steps per task, 2 methods, in its own root):
+
+    python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
+        --root=/tmp/hypernet/continual_small --steps_per_task=4 --methods=finetune,hnet \
+        --benchmarks=split --out=/tmp/hypernet/continual_small
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,14 +38,59 @@ LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
           "ewc": "online EWC", "independent": "independent networks"}
 
 
-def run(name: str, seed: int, root: str, data_dir: str) -> dict:
+def unfinished(workdir: str):
+  """Why the run in ``workdir`` has no final results to read (a line naming the workdir
+  and the steps it is missing), or None when its ``final_metrics.json`` records the whole
+  task sequence. A run stopped inside the sequence (``--config.num_steps`` below
+  ``num_tasks * steps_per_task``, or killed) has no ``cl1/*`` / ``cl3/*`` results."""
+  path = os.path.join(workdir, "final_metrics.json")
+  metrics = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      metrics = json.load(f)
+    if "cl1/final_accuracy" in metrics:
+      return None
+  total = None
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      continual = json.load(f).get("continual", {})
+    total = int(continual["num_tasks"]) * int(continual["steps_per_task"])
+  except (OSError, ValueError, KeyError, TypeError):
+    pass
+  step = metrics.get("step")
+  if step is None:  # Killed before the end: the latest checkpoint's step, if any.
+    try:
+      with open(os.path.join(workdir, "checkpoints", "checkpoint")) as f:
+        match = re.search(r'^model_checkpoint_path: ".*?ckpt-(\d+)"', f.read(), re.M)
+      step = int(match.group(1)) if match else None
+    except OSError:
+      pass
+  done = f"stopped at step {step if step is not None else '?'}"
+  missing = (f"{total - step} of its {total} steps missing" if total is not None and
+             step is not None else f"{total} steps in all" if total is not None else
+             "the total is unknown: no config.json")
+  return (f"skipping unfinished run {workdir}: {done}, {missing} (no "
+          f"cl1/final_accuracy in final_metrics.json)")
+
+
+def short_run_overrides(name: str, steps_per_task: int) -> list:
+  """``--config.*`` flags that shorten ``configs/<name>.py`` to ``steps_per_task`` steps
+  per task, the whole task sequence (``num_steps = num_tasks * steps_per_task``)."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+  return [f"--config.continual.steps_per_task={steps_per_task}",
+          f"--config.num_steps={config.continual.num_tasks * steps_per_task}"]
+
+
+def run(name: str, seed: int, root: str, data_dir: str, steps_per_task: int = 0) -> dict:
   workdir = os.path.join(root, f"{name}_s{seed}")
   path = os.path.join(workdir, "final_metrics.json")
   if not os.path.exists(path):
     t0 = time.time()
+    short = short_run_overrides(name, steps_per_task) if steps_per_task else []
     subprocess.run([sys.executable, "-m", "hypernet.train", f"--config=configs/{name}.py",
                     f"--workdir={workdir}", f"--config.data.data_dir={data_dir}",
-                    f"--config.seed={seed}"], cwd=REPO, check=True)
+                    f"--config.seed={seed}"] + short, cwd=REPO, check=True)
     print(f"{name} seed {seed}: {time.time() - t0:.0f} s", flush=True)
   with open(path) as f:
     return json.load(f)
@@ -129,25 +181,50 @@ def main():
   parser.add_argument("--no-run", dest="run", action="store_false",
                       help="only read finished runs")
   parser.add_argument("--out", default=os.path.join(REPO, "experiments"))
+  parser.add_argument("--steps_per_task", type=int, default=0,
+                      help="train N steps per task instead of the config's (a small run, "
+                      "e.g. 4; use its own --root: runs found there are read as they are)")
   args = parser.parse_args()
+  if args.steps_per_task < 0:
+    parser.error("--steps_per_task must be positive (0: the config's).")
   seeds = [int(s) for s in args.seeds.split(",")]
   methods = args.methods.split(",")
   unknown = sorted(set(methods) - set(METHODS))
   if unknown:
     parser.error(f"--methods: unknown {unknown}; known: {list(METHODS)}")
+  try:
+    import matplotlib  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    parser.exit(1, f"{parser.prog}: error: the heat-maps need matplotlib, which is not "
+                   f"installed: pip install -e \".[plots]\"\n")
   results = {}
   for bench in args.benchmarks.split(","):
     for method in METHODS:
       name = f"{bench}_fmnist_{method}"
       runs = []
       for seed in seeds:
-        path = os.path.join(args.root, f"{name}_s{seed}", "final_metrics.json")
+        workdir = os.path.join(args.root, f"{name}_s{seed}")
+        path = os.path.join(workdir, "final_metrics.json")
         if (args.run and method in methods) or os.path.exists(path):
-          runs.append(run(name, seed, args.root, args.data_dir))
+          if os.path.exists(path) and unfinished(workdir):
+            print(unfinished(workdir), file=sys.stderr, flush=True)
+            continue
+          result = run(name, seed, args.root, args.data_dir, args.steps_per_task)
+          if unfinished(workdir):
+            print(unfinished(workdir), file=sys.stderr, flush=True)
+            continue
+          runs.append(result)
+        elif os.path.isdir(workdir):
+          print(unfinished(workdir), file=sys.stderr, flush=True)
       if runs:
         results[(bench, method)] = runs
+  if not results:
+    parser.exit(1, f"{parser.prog}: error: no finished runs under {args.root} (benchmarks "
+                   f"{args.benchmarks}, seeds {args.seeds}); run without --no-run to train "
+                   f"them.\n")
   text = table(results, seeds)
   print(text)
+  os.makedirs(args.out, exist_ok=True)
   for path in heatmaps(results, args.out):
     print("wrote", path)
 
