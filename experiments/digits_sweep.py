@@ -158,8 +158,10 @@ def markdown_table(rows: Sequence[Mapping]) -> str:
 
 
 def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
-  """Writes results.md, results.json and the two PNG plots; returns their paths."""
-  from experiments import plots  # pylint: disable=g-import-not-at-top
+  """Writes results.md, results.json and the two PNG plots; returns their paths.
+
+  The table and the JSON are written first, so they are there even if plotting fails.
+  """
   paths = {k: os.path.join(out, f) for k, f in (
       ("table", "results.md"), ("json", "results.json"),
       ("accuracy_vs_params", "accuracy_vs_params.png"),
@@ -168,12 +170,22 @@ def write_outputs(rows: Sequence[Mapping], out: str) -> Dict[str, str]:
     f.write(markdown_table(rows))
   with open(paths["json"], "w") as f:
     json.dump(list(rows), f, indent=2)
+  from experiments import plots  # pylint: disable=g-import-not-at-top
   title = f"digits, {rows[0]['steps']} steps"
   plots.accuracy_vs_params(rows, paths["accuracy_vs_params"], f"Accuracy vs parameters ({title})")
   plots.learning_curves({r["name"]: r["curves"] for r in rows},
                         {r["name"]: r["kind"] for r in rows}, paths["learning_curves"],
                         f"Learning curves, seed {rows[0]['seeds'][0]} ({title})")
   return paths
+
+
+def matplotlib_missing() -> bool:
+  """Whether matplotlib (needed by the plots) cannot be imported."""
+  try:
+    import matplotlib  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return True
+  return False
 
 
 def _define_flags():
@@ -192,6 +204,9 @@ def _define_flags():
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if matplotlib_missing():  # Before any training: the plots come last.
+    sys.exit("digits_sweep: error: the plots need matplotlib, which is not installed: "
+             "pip install -e \".[plots]\"")
   from hypernet import cli  # pylint: disable=g-import-not-at-top
   cli.quiet_startup(sys.argv)  # TensorFlow's start-up and info lines off.
   logging.set_verbosity(logging.WARNING)
