@@ -35,6 +35,9 @@ import step_ratio  # noqa: E402  (its flags: --batch_size, --steps, --repeats, -
 from hypernet import tasks  # noqa: E402
 
 FLAGS = flags.FLAGS
+# step_ratio's flags (--batch_size, --steps, --repeats, ...) are this script's: list them
+# under --help, not only under --helpfull.
+flags.adopt_module_key_flags(step_ratio)
 
 
 def _task(kind="chunked"):

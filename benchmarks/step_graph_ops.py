@@ -3,7 +3,9 @@ chunked hypernetwork (what the hypernetwork adds to a step), and their trained v
 
   python benchmarks/step_graph_ops.py
 """
-import os, sys, collections
+import argparse, os, sys, collections
+argparse.ArgumentParser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"
 HERE = os.path.dirname(os.path.abspath(__file__)); sys.path.insert(0, os.path.join(HERE, "..", "configs")); sys.path.insert(0, HERE)
 import keras, tensorflow as tf

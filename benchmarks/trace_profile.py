@@ -1,18 +1,30 @@
 """Set-up profile of the Omniglot MAML train step: build, trace, first call, next call,
 and the op types of the traced graph (every nested function: the task loop's body).
 
-  python benchmarks/trace_profile.py {second|first} META_BATCH
+  python benchmarks/trace_profile.py {second|first} META_BATCH [--data_dir=DIR]
 
-Run from the repository root with ../shared/data/omniglot present (the two-zip subset,
-15 queries per class, as benchmarks/meta_bench.py). Prints seconds and op counts.
+Needs the Omniglot two-zip subset in --data_dir (default: ../shared/data/omniglot beside
+the repository root; 15 queries per class, as benchmarks/meta_bench.py). Prints seconds
+and op counts.
 """
-import collections, os, sys, tempfile, time
+import argparse, collections, os, sys, tempfile, time
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+parser = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("order", choices=["second", "first"],
+                    help="second: MAML; first: first-order MAML (fomaml)")
+parser.add_argument("meta_batch", type=int, metavar="META_BATCH",
+                    help="tasks per meta-batch (config.batch_size)")
+parser.add_argument("--data_dir", default=os.path.normpath(
+    os.path.join(REPO, "..", "shared", "data", "omniglot")),
+                    help="folder of the Omniglot zips (default: %(default)s)")
+args = parser.parse_args()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from hypernet import config_lib, train_lib
-order = sys.argv[1]; mb = int(sys.argv[2])
-c = config_lib.load_config_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "omniglot_maml.py"))
-c.data.data_dir = "../shared/data/omniglot"
+order = args.order; mb = args.meta_batch
+c = config_lib.load_config_file(os.path.join(REPO, "configs", "omniglot_maml.py"))
+c.data.data_dir = args.data_dir
 c.data.omniglot_zips = "images_background_small1.zip,images_background_small2.zip"
 c.data.num_test_characters = 50
 c.meta.learner = {"second": "maml", "first": "fomaml"}[order]
