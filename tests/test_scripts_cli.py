@@ -167,7 +167,10 @@ def test_digits_sweep_writes_table_and_json_before_plotting(tmp_path, monkeypatc
   row = dict(name="plain_8-16", kind="plain", trainable=100, target=100, compression=1.0,
              accuracy=0.9, accuracy_std=0.0, loss=0.3, wall_time_sec=1.0,
              command="python -m hypernet.train", curves={}, workdirs=[], steps=2, seeds=[0])
-  monkeypatch.setitem(sys.modules, "experiments.plots", None)  # Plotting fails.
+  # Plotting fails, also when an earlier test imported experiments.plots already.
+  import experiments  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(sys.modules, "experiments.plots", None)
+  monkeypatch.delattr(experiments, "plots", raising=False)
   with pytest.raises(ImportError):
     digits_sweep.write_outputs([row], str(tmp_path))
   assert "| plain_8-16 | plain | 100 | 100 | 1.00 | 90.00 |" in (
