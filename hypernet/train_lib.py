@@ -459,14 +459,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   Returns:
     The final evaluation metrics (``{"loss": ..., "accuracy": ...}``) with ``step``,
     ``start_step`` (the step this process resumed at; 0 for a fresh run),
-    ``wall_time_sec`` (this process's, from ``start_step``), ``params/*`` counts and ``skipped_steps`` (non-finite steps
-    skipped with ``config.fault.nonfinite="skip"``).
+    ``wall_time_sec`` (this process's, from ``start_step``), ``params/*`` counts and
+    ``skipped_steps`` (non-finite steps skipped with ``config.fault.nonfinite="skip"``).
 
   Raises:
     ConfigError (a ValueError): an invalid config (names the field), raised before
       anything is built or written; one that only the loaded data or the built task
-      shows (e.g. more ways than Omniglot classes) is raised while building, and a
-      workdir created for the run is removed again.
+      shows (e.g. more ways than Omniglot classes) is raised while building. Any error
+      while building removes the workdir (and parents) the run created, if it holds
+      nothing but the lock file.
     WorkdirInUseError: another live job holds ``workdir``.
     NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
       first non-finite tensor).
