@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -59,12 +58,8 @@ def unfinished(workdir: str):
     pass
   step = metrics.get("step")
   if step is None:  # Killed before the end: the latest checkpoint's step, if any.
-    try:
-      with open(os.path.join(workdir, "checkpoints", "checkpoint")) as f:
-        match = re.search(r'^model_checkpoint_path: ".*?ckpt-(\d+)"', f.read(), re.M)
-      step = int(match.group(1)) if match else None
-    except OSError:
-      pass
+    from hypernet import cli  # pylint: disable=g-import-not-at-top  (TensorFlow-free)
+    step = cli.latest_checkpoint_step(os.path.join(workdir, "checkpoints"))
   done = f"stopped at step {step if step is not None else '?'}"
   missing = (f"{total - step} of its {total} steps missing" if total is not None and
              step is not None else f"{total} steps in all" if total is not None else
@@ -205,17 +200,18 @@ def main():
       for seed in seeds:
         workdir = os.path.join(args.root, f"{name}_s{seed}")
         path = os.path.join(workdir, "final_metrics.json")
+        why = None
         if (args.run and method in methods) or os.path.exists(path):
-          if os.path.exists(path) and unfinished(workdir):
-            print(unfinished(workdir), file=sys.stderr, flush=True)
-            continue
-          result = run(name, seed, args.root, args.data_dir, args.steps_per_task)
-          if unfinished(workdir):
-            print(unfinished(workdir), file=sys.stderr, flush=True)
-            continue
-          runs.append(result)
+          why = unfinished(workdir) if os.path.exists(path) else None
+          if why is None:
+            result = run(name, seed, args.root, args.data_dir, args.steps_per_task)
+            why = unfinished(workdir)
+            if why is None:
+              runs.append(result)
         elif os.path.isdir(workdir):
-          print(unfinished(workdir), file=sys.stderr, flush=True)
+          why = unfinished(workdir)
+        if why:
+          print(why, file=sys.stderr, flush=True)
       if runs:
         results[(bench, method)] = runs
   if not results:

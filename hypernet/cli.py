@@ -296,7 +296,7 @@ def format_metrics(metrics: Mapping) -> str:
   return ", ".join(_metric_text(k, metrics[k]) for k in order)
 
 
-def _latest_checkpoint_step(folder: str) -> Optional[int]:
+def latest_checkpoint_step(folder: str) -> Optional[int]:
   """The step of the checkpoint named by ``folder/checkpoint`` (CheckpointManager's
   state file), without importing TensorFlow."""
   try:
@@ -327,7 +327,7 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   skip = ("step", "start_step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
   checkpoints = os.path.join(workdir, "checkpoints")
-  latest = _latest_checkpoint_step(checkpoints)
+  latest = latest_checkpoint_step(checkpoints)
   start = result.get("start_step") or 0
   ran = (f" in {result.get('wall_time_sec', 0):.1f} s" if not start else
          f" (resumed at step {start}: {result.get('step', start) - start} steps in "
