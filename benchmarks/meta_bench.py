@@ -14,7 +14,9 @@ rates are medians over the rounds and ratios are taken within the run:
   (``meta_batch_gradients`` + Adam in a ``tf.function``); ``accumulate@N`` sets
   ``config.meta.parallel_iterations=N`` (N tasks in flight; without ``@N`` the config's
   default, 2, second-order tasks staggered: ``--set meta.staggered=False`` turns that
-  off);
+  off); ``<strategy>:unfused`` (e.g. ``accumulate:unfused``) runs each BatchNorm -> ReLU
+  -> max-pool block on TensorFlow's separate ops instead of the fused kernel
+  (``config.meta.fused_blocks=False``, :mod:`hypernet.norm_relu_pool`);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
@@ -130,6 +132,10 @@ def tf_worker(args) -> None:
   baseline = _rss_mb()
   config = _config(args)
   strategy, _, tasks_in_flight = args.strategy.partition("@")
+  strategy, unfused = (strategy[:-len(":unfused")], True) if strategy.endswith(
+      ":unfused") else (strategy, False)
+  if unfused:
+    config.meta.fused_blocks = False
   bare = strategy == "bare"
   config.meta.parallel = "accumulate" if bare else strategy
   if tasks_in_flight:
@@ -185,8 +191,14 @@ def _bare_steps(trainer):
   from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
   task, variables, optimizer = trainer.task, trainer.variables, trainer.optimizer
 
+  kernels = trainer._kernels  # pylint: disable=protected-access
+
   @tf.function
   def run(iterator, n):
+    with kernels():
+      return steps(iterator, n)
+
+  def steps(iterator, n):
     loss = tf.constant(0.0)
     for _ in tf.range(n):
       batch = next(iterator)

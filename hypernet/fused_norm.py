@@ -42,7 +42,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import second_order
+from hypernet import norm_relu_pool, second_order
 
 _state = threading.local()
 _install_lock = threading.Lock()
@@ -147,15 +147,46 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
   x4 = x if x.shape.rank == 4 else tf.reshape(x, [tf.shape(x)[0], -1, 1, c])
   gamma = tf.cast(layer.gamma, tf.float32) if layer.scale else tf.ones([c], tf.float32)
   beta = tf.cast(layer.beta, tf.float32) if layer.center else tf.zeros([c], tf.float32)
-  y, mean, variance = fused_batch_norm(x4, gamma, beta, float(layer.epsilon))
-  momentum = float(layer.momentum)
-  layer.moving_mean.assign(
-      tf.cast(layer.moving_mean, tf.float32) * momentum + mean * (1.0 - momentum))
-  layer.moving_variance.assign(
-      tf.cast(layer.moving_variance, tf.float32) * momentum + variance * (1.0 - momentum))
+  epsilon = float(layer.epsilon)
+  y, mean, variance = fused_batch_norm(x4, gamma, beta, epsilon)
+  moving = (tf.cast(layer.moving_mean, tf.float32), tf.cast(layer.moving_variance, tf.float32))
+  _update_moving_statistics(layer, moving, mean, variance)
   if x.shape.rank != 4:
     y = tf.reshape(y, tf.shape(x))
-  return tf.cast(y, layer.compute_dtype)
+  y = tf.cast(y, layer.compute_dtype)
+  if x.shape.rank == 4 and y.dtype == tf.float32 and norm_relu_pool.is_active():
+    def fuse():
+      # A max-pool of this output's ReLU: the whole block on one kernel, and the moving
+      # statistics reassigned from its moments (the ops above then have no consumer).
+      conv, bias = _split_bias(x4)
+      pooled, mean, variance = norm_relu_pool.norm_relu_pool(
+          conv, gamma, beta, epsilon, shift=bias)
+      _update_moving_statistics(layer, moving, mean, variance)
+      return pooled
+    norm_relu_pool.register_batch_norm(y, fuse)
+  return y
+
+
+def _split_bias(x: tf.Tensor):
+  """``(x, None)``, or ``(conv, bias)`` when ``x`` was computed as ``conv + bias`` with a
+  ``[C]`` bias (a convolution's bias added by :mod:`hypernet.plain_bias`): the
+  normalisation removes the bias, so the fused block takes it apart."""
+  op = getattr(x, "op", None)
+  if op is None or op.type not in ("AddV2", "Add") or len(op.inputs) != 2:
+    return x, None
+  conv, bias = op.inputs
+  if (bias.shape.rank == 1 and bias.shape[0] == x.shape[-1] and conv.dtype == x.dtype
+      and conv.shape.rank == 4 and conv.shape.is_compatible_with(x.shape)):
+    return conv, bias
+  return x, None
+
+
+def _update_moving_statistics(layer, moving, mean, variance) -> None:
+  """Keras' update: ``moving * momentum + batch * (1 - momentum)`` from the values
+  ``moving`` read before the call."""
+  momentum = float(layer.momentum)
+  layer.moving_mean.assign(moving[0] * momentum + mean * (1.0 - momentum))
+  layer.moving_variance.assign(moving[1] * momentum + variance * (1.0 - momentum))
 
 
 def _dispatching_call(self, inputs, training=None, mask=None):

@@ -36,6 +36,7 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -47,7 +48,7 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet import cli, distribute, objectives, second_order, tasks
+from hypernet import cli, distribute, norm_relu_pool, objectives, second_order, tasks
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -149,6 +150,9 @@ class Trainer:
         self.checkpoint, os.path.join(self.write_dir, "checkpoints"),
         max_to_keep=config.checkpoint_keep if self.is_chief else 1)
     self.jit = _use_jit(config)
+    # BatchNorm -> ReLU -> max-pool blocks of meta-learners on one CPU kernel
+    # (config.meta.fused_blocks); XLA cannot compile it.
+    self.fused_blocks = bool(config.get("meta", {}).get("fused_blocks", True)) and not self.jit
     self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
     self.train_metric_names = list(getattr(self.task, "train_metric_names",
                                            self.metric_names))
@@ -165,7 +169,7 @@ class Trainer:
     scale_loss = self.optimizer.scale_loss if self.loss_scaling else None
     # The step is never differentiated from outside its trace: the tapes in it are all
     # there are (lets first-order steps keep Keras' cheaper normalisation moments).
-    with second_order.all_tapes_visible():
+    with second_order.all_tapes_visible(), self._kernels():
       if hasattr(self.task, "train_gradients"):  # The task takes its own gradients.
         loss, sums, state, grads = self.task.train_gradients(
             batch, self.config.batch_size, self.variables, scale_loss)
@@ -221,8 +225,16 @@ class Trainer:
       first_bad = tf.where((first_bad < 0) & (nonfinite > 0.0), here, first_bad)
     return totals, first_bad
 
+  def _kernels(self):
+    """The block in which a replica function is traced: fused blocks on or off."""
+    return contextlib.nullcontext() if self.fused_blocks else norm_relu_pool.disabled()
+
+  def _eval_sums(self, batch):
+    with self._kernels():
+      return self.task.eval_sums(batch)
+
   def _eval_step_fn(self, batch):
-    sums = self.strategy.run(self.task.eval_sums, args=(batch,))
+    sums = self.strategy.run(self._eval_sums, args=(batch,))
     return tf.nest.map_structure(
         lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None), sums)
 

@@ -1,0 +1,295 @@
+"""BatchNorm -> ReLU -> 2x2 max-pool as one CPU kernel, in the meta-learners' calls.
+
+In the Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, first order) the
+BatchNorm, ReLU and max-pool of each conv block and their gradients took 35% of the
+kernel time (``benchmarks/op_profile.py``): five passes over the block's full-size
+tensor forward and back, where the convolutions themselves run as fast as PyTorch's.
+
+The kernel (``hypernet/kernels/norm_relu_pool.cc``) uses that, per channel ``c``,
+``z = gamma_c (x - mean_c) / sqrt(var_c + eps) + beta_c`` followed by a ReLU is monotone
+in ``x``: increasing for ``gamma_c >= 0``, decreasing for ``gamma_c < 0``. So the max-pool
+of ``relu(z)`` is the normalisation of the window's largest ``x`` (smallest for
+``gamma_c < 0``), and the block reads the full tensor twice forward (moments, pooling)
+and once back, normalising and rectifying only the pooled quarter. The batch moments are
+still those of the whole ``x`` (Ioffe & Szegedy 2015, Alg. 1), so values are those of
+``MaxPool(ReLU(BatchNorm(x)))`` up to rounding, and so are the derivatives:
+
+* first: ``dx = gamma r (G - sum(g) / M - xhat sum(g xhat_sel) / M)``, with ``g`` the
+  upstream gradient where the ReLU passed, ``G`` that scattered to the selected
+  positions, ``r = 1 / sqrt(var + eps)``, ``M = N H W``; ``dgamma = sum(g xhat_sel)``,
+  ``dbeta = sum(g)``;
+* second (MAML's meta-gradient differentiates the inner loop's gradient): the
+  ``HypernetNormReluPoolGradGrad`` op, the exact derivative of the above with respect to
+  ``dy``, ``x`` (through ``mean`` and ``r`` too) and ``gamma``, derived in the kernel's
+  comments and checked against float64 nested tapes of the unfused ops
+  (``tests/test_norm_relu_pool.py``). A third derivative raises ``LookupError``
+  (as TensorFlow's fused BatchNorm, whose second derivative is already approximate there:
+  :mod:`hypernet.fused_norm`).
+
+Where it applies: inside :func:`scope` (entered by the meta-learners' functional calls,
+:func:`hypernet.plain_bias.call`), on CPU (no GPU visible), while tracing a
+``tf.function``, for a ``MaxPooling2D(2)`` (2x2, stride 2, ``valid``, channels last) whose
+input is ``keras.layers.ReLU()`` / ``tf.nn.relu`` of a float32 ``BatchNormalization`` that
+:mod:`hypernet.fused_norm` ran (training mode, last axis, 4-D). The pool then computes
+the whole block and reassigns the BatchNorm's moving statistics from the kernel's
+moments, so the separate BatchNorm and ReLU ops have no consumer left and TensorFlow
+prunes them. Anything else runs as before; so does everything when the kernel cannot be
+built (a warning says why). Inside ``jit_compile=True`` functions XLA cannot compile the
+kernel: trace them inside :func:`disabled` (the Trainer does).
+
+The kernel is compiled from source on first use with the compiler and flags TensorFlow
+reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default
+``~/.cache/hypernet/kernels``), keyed by the source, TensorFlow's version and the CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Callable, Iterator, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hypernet import second_order
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
+                       "norm_relu_pool.cc")
+_state = threading.local()
+_load_lock = threading.Lock()
+_install_lock = threading.Lock()
+_library = None
+_load_error: Optional[str] = None
+_original_pool_call = None
+
+
+def _cpu_key() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      lines = [l for l in f if l.startswith(("model name", "flags"))][:2]
+  except OSError:
+    lines = []
+  return platform.machine() + "".join(lines)
+
+
+def cache_dir() -> str:
+  """Where compiled kernels are kept: ``$HYPERNET_KERNEL_CACHE`` or
+  ``~/.cache/hypernet/kernels``."""
+  return os.environ.get("HYPERNET_KERNEL_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "hypernet", "kernels")
+
+
+def _compile(target: str) -> None:
+  compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+  if not compiler:
+    raise RuntimeError("no C++ compiler found (install g++, or set CXX)")
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
+  os.close(fd)
+  cmd = ([compiler, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-fno-trapping-math", "-fopenmp-simd", "-w"]
+         + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
+         + tf.sysconfig.get_link_flags())
+  try:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+      raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or none
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def library():
+  """The loaded kernel library (compiling it on first use), or ``None`` when it cannot be
+  built here: the reason is logged once as a warning and kept in :func:`load_error`."""
+  global _library, _load_error
+  with _load_lock:
+    if _library is not None or _load_error is not None:
+      return _library
+    with open(_SOURCE, "rb") as f:
+      source = f.read()
+    key = hashlib.sha256(source + tf.__version__.encode() + repr(
+        tf.sysconfig.get_compile_flags()).encode() + _cpu_key().encode()).hexdigest()[:16]
+    target = os.path.join(cache_dir(), f"norm_relu_pool-{key}.so")
+    try:
+      if not os.path.exists(target):
+        logging.info("Compiling the BatchNorm-ReLU-max-pool kernel into %s (once).", target)
+        _compile(target)
+      _library = tf.load_op_library(target)
+    except (OSError, RuntimeError, tf.errors.NotFoundError) as e:
+      _load_error = str(e)
+      logging.warning(
+          "hypernet: the fused BatchNorm-ReLU-max-pool kernel is unavailable, so "
+          "meta-learning steps use TensorFlow's separate ops (slower, same values): %s",
+          _load_error.splitlines()[0] if _load_error else e)
+    return _library
+
+
+def load_error() -> Optional[str]:
+  """Why the kernel could not be built or loaded (``None`` if it was, or not tried)."""
+  return _load_error
+
+
+def _zero_if_none(t, like):
+  return tf.zeros_like(like) if t is None else t
+
+
+def norm_relu_pool(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
+                   shift: Optional[tf.Tensor] = None
+                   ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """``max_pool2x2(relu(batch_norm(x + shift)))`` in training mode, as one kernel.
+
+  Args:
+    x: ``[N, H, W, C]`` float32 or float64 (NHWC), ``H, W >= 2``.
+    gamma, beta: ``[C]``, ``x``'s dtype: BatchNorm's scale and offset.
+    epsilon: BatchNorm's epsilon (added to the variance).
+    shift: optional ``[C]`` added to ``x`` first: the bias of the convolution before the
+      BatchNorm. The batch mean subtracts it again, so it changes only the returned
+      ``mean``; its gradient is exactly the gradient of ``mean`` (zero through ``y``,
+      where TensorFlow's separate ops would sum the gradient of ``x + shift`` into
+      rounding noise).
+
+  Returns:
+    ``(y, mean, variance)``: ``y`` ``[N, H // 2, W // 2, C]`` (``valid`` pooling, stride
+    2), and the batch moments of ``x + shift`` over ``N, H, W`` (``variance`` biased, as
+    Keras tracks it). Differentiable twice with respect to ``x``, ``gamma`` and ``beta``
+    (module doc); the moments as ``1 / M`` and ``2 (x - mean) / M``.
+
+  Raises:
+    RuntimeError: the kernel could not be built (:func:`load_error` says why).
+  """
+  lib = library()
+  if lib is None:
+    raise RuntimeError(f"The BatchNorm-ReLU-max-pool kernel is unavailable: {_load_error}")
+  if shift is None:
+    shift = tf.zeros_like(gamma)
+  y, mean, variance, _, _, _ = lib.hypernet_norm_relu_pool(
+      x=x, gamma=gamma, beta=beta, shift=shift, epsilon=epsilon)
+  return y, mean + shift, variance
+
+
+def _is_zero(t) -> bool:
+  """Whether ``t`` is known, without running anything, to be all zeros (the upstream
+  gradient TensorFlow passes for an output nothing depends on)."""
+  if t is None:
+    return True
+  value = tf.get_static_value(t)
+  return value is not None and not np.any(value)
+
+
+@tf.RegisterGradient("HypernetNormReluPool")
+def _grad(op, dy, dmean, dvariance, *unused):
+  """First derivative (module doc): the kernel's analytic gradient, plus the moments'
+  ``1 / M`` and ``2 (x - mean) / M`` where something depends on them. A registered
+  gradient (not ``tf.custom_gradient``), so it also holds inside ``tf.vectorized_map``.
+  ``inv_std``, ``selection`` and ``selected`` are the backward pass's saved values and get
+  no gradient."""
+  del unused
+  x, gamma, _, shift = op.inputs
+  y, mean, _, inv_std, selection, selected = op.outputs
+  dx, dgamma, dbeta = _library.hypernet_norm_relu_pool_grad(
+      dy=_zero_if_none(dy, y), x=x, gamma=gamma, y=y, mean=mean, inv_std=inv_std,
+      selection=selection, selected=selected)
+  n = tf.cast(tf.size(x) // tf.shape(x)[-1], x.dtype)
+  if not _is_zero(dmean):
+    dx += dmean / n
+  if not _is_zero(dvariance):
+    dx += dvariance * (2.0 / n) * (x - tf.reduce_mean(x, [0, 1, 2]))
+  # Exactly zero through the outputs; written as 0 * shift so that an outer tape records
+  # it (a second-order inner loop checks that every inner gradient is recorded).
+  return dx, dgamma, dbeta, 0.0 * shift
+
+
+@tf.RegisterGradient("HypernetNormReluPoolGrad")
+def _grad_grad(op, ddx, ddgamma, ddbeta):
+  """Exact second derivative: d(dx, dgamma, dbeta) / d(dy, x, gamma) (module doc)."""
+  dy, x, gamma, y, mean, inv_std, selection, selected = op.inputs
+  d_dy, d_x, d_gamma = _library.hypernet_norm_relu_pool_grad_grad(
+      ddx=_zero_if_none(ddx, x), ddgamma=_zero_if_none(ddgamma, gamma),
+      ddbeta=_zero_if_none(ddbeta, gamma), dy=dy, x=x, gamma=gamma, y=y, mean=mean,
+      inv_std=inv_std, selection=selection, selected=selected)
+  # y, mean, inv_std and selected are functions of x and gamma whose dependence d_x
+  # already holds (the selection is piecewise constant).
+  return d_dy, d_x, d_gamma, None, None, None, None, None
+
+
+# --- Dispatch: the pool of a fused BatchNorm's ReLU computes the whole block. ----------
+
+def is_active() -> bool:
+  """Whether, in this thread right now, eligible blocks are fused (module doc)."""
+  return (getattr(_state, "depth", 0) > 0 and getattr(_state, "off", 0) == 0
+          and not tf.executing_eagerly() and _cpu_only() and library() is not None)
+
+
+def _cpu_only() -> bool:
+  from hypernet import plain_bias  # pylint: disable=g-import-not-at-top
+  return plain_bias._cpu_only()  # pylint: disable=protected-access
+
+
+def register_batch_norm(y: tf.Tensor, fuse: Callable[[], tf.Tensor]) -> None:
+  """Notes that ``y`` is a fused BatchNorm's output; ``fuse()`` computes the pooled block
+  from the BatchNorm's input (and reassigns the moving statistics). Called by
+  :func:`hypernet.fused_norm.fused_batch_norm_call` while :func:`is_active`."""
+  registry = getattr(_state, "registry", None)
+  if registry is not None:
+    registry[y.ref()] = fuse
+
+
+def _fusable_pool(layer, inputs) -> Optional[Callable[[], tf.Tensor]]:
+  if type(layer).call is not _dispatching_pool_call or not is_active():
+    return None
+  if (tuple(layer.pool_size) != (2, 2) or tuple(layer.strides) != (2, 2)
+      or layer.padding != "valid" or layer.data_format != "channels_last"):
+    return None
+  op = getattr(inputs, "op", None)
+  if op is None or op.type != "Relu" or inputs.dtype != tf.float32:
+    return None
+  return _state.registry.get(op.inputs[0].ref())
+
+
+def _dispatching_pool_call(self, inputs):
+  fuse = _fusable_pool(self, inputs)
+  if fuse is not None:
+    return fuse()
+  return _original_pool_call(self, inputs)
+
+
+def _install() -> None:
+  global _original_pool_call
+  with _install_lock:
+    cls = keras.layers.MaxPooling2D
+    if cls.call is _dispatching_pool_call:
+      return
+    _original_pool_call = cls.call
+    cls.call = _dispatching_pool_call
+
+
+@contextlib.contextmanager
+def scope() -> Iterator[None]:
+  """Within the block (this thread), eligible BatchNorm -> ReLU -> max-pool blocks run
+  on the fused kernel (module doc). Re-entrant; the choice is made when a
+  ``tf.function`` is traced."""
+  _install()
+  outer = getattr(_state, "depth", 0) == 0
+  if outer:
+    _state.registry = {}
+  try:
+    with second_order.thread_count(_state, "depth"):
+      yield
+  finally:
+    if outer:
+      _state.registry = None
+
+
+def disabled():
+  """Within the block (this thread), nothing is fused even inside :func:`scope`: for
+  ``jit_compile=True`` functions (XLA cannot compile the kernel) and for comparisons. A
+  re-entrant context manager; the choice is made when a ``tf.function`` is traced."""
+  return second_order.thread_count(_state, "off")
