@@ -86,14 +86,14 @@ def _probes(rng, shape, dtype=tf.float64):
 @pytest.mark.parametrize("shape", [(3, 6, 6, 4), (2, 7, 5, 3)])
 def test_float64_values_first_and_second_derivatives_match_reference(shape):
   """Even and odd H / W (the last row / column counts in the moments only), a negative
-  gamma channel (pooling picks the smallest x), gamma == 0 (with beta < 0: the channel is
-  all zeros, see the gamma == 0 test below for beta > 0)."""
+  gamma channel (pooling picks the smallest x), gamma == 0 with beta > 0 (every window
+  ties: the first value is picked, as MaxPool's gradient does)."""
   rng = np.random.default_rng(sum(shape))
   c = shape[-1]
   x = tf.constant(rng.normal(size=shape) + 0.3, tf.float64)
   gamma = np.array([1.3, -0.7, 0.0, 0.9][:c] if c == 4 else [-1.1, 0.0, 0.8])
   beta = rng.normal(size=c) * 0.5
-  beta[gamma == 0] = -0.4
+  beta[gamma == 0] = 0.4
   gamma, beta = tf.constant(gamma), tf.constant(beta)
   probes = _probes(rng, shape)
   ours = _derivatives(norm_relu_pool.norm_relu_pool, x, gamma, beta, probes)
@@ -142,12 +142,10 @@ def test_ties_send_the_gradient_to_the_first_maximum():
   assert g[0, 0] - g[0, 1] > 0.1 and g[0, 1] == g[1, 0] == g[1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (reported): with gamma_c == 0 and beta_c > 0 every window of relu(z) ties at "
-    "relu(beta_c); MaxPool's gradient goes to the window's first position, the kernel's "
-    "to the largest x (it treats gamma >= 0 as increasing), so dgamma differs "
-    "(sum g xhat at argmax x instead of at the first position)."))
 def test_gamma_zero_ties_like_max_pool():
+  """gamma_c == 0 and beta_c > 0: every window of relu(z) ties at relu(beta_c), and
+  MaxPool's gradient goes to the window's first value; so does the kernel's (dgamma sums
+  g xhat there)."""
   rng = np.random.default_rng(3)
   shape = (2, 4, 4, 3)
   x = tf.constant(rng.normal(size=shape), tf.float64)

@@ -207,6 +207,17 @@ Status GetGeometry(const Tensor& x, Geometry* g) {
   return Status();
 }
 
+// The pointers to pooled pixel q's 4 window rows of a full-size tensor.
+template <typename P>
+struct Window {
+  P v[4];
+  Window(P base, const Geometry& g, int64_t q) {
+    int64_t off[4];
+    g.windows(q, off);
+    for (int k = 0; k < 4; ++k) v[k] = base + off[k];
+  }
+};
+
 template <typename T>
 class NormReluPoolOp : public OpKernel {
  public:
@@ -240,18 +251,55 @@ class NormReluPoolOp : public OpKernel {
     uint8_t* sel = sel_t->flat<uint8_t>().data();
     T* selected = xs_t->flat<T>().data();
 
-    const int64_t M = g.pixels();
-    std::vector<double> sums = BlockSums<T>(ctx, M, 2 * C, 3 * C, [&](int64_t r, T* __restrict acc) {
-      const T* __restrict xr = x + r * C;
-      const int64_t cn = C;
+    // The sign of gamma decides, before any moment is known, whether the block's max-pool
+    // picks a window's largest x (gamma >= 0) or its smallest: so one pass over x takes
+    // the moments' sums and the selection, and a pass over the pooled quarter normalises.
+    // (gamma == 0: sign 0, every value ties and the first one is picked, as TensorFlow's
+    // max-pool sends the gradient of a tied window to its first value.)
+    std::vector<T> sign(C);
+    for (int64_t c = 0; c < C; ++c) sign[c] = gamma[c] < T(0) ? T(-1) : gamma[c] > T(0) ? T(1) : T(0);
+    const T* __restrict sg = sign.data();
+    std::vector<double> sums =
+        BlockSums<T>(ctx, g.pooled(), 2 * C, 16 * C, [&](int64_t q, T* __restrict acc) {
+          const Window<const T*> w(x, g, q);
+          const T *__restrict w0 = w.v[0], *__restrict w1 = w.v[1], *__restrict w2 = w.v[2],
+                  *__restrict w3 = w.v[3];
+          T* __restrict xq = selected + q * C;
+          uint8_t* __restrict sq = sel + q * C;
+          const int64_t cn = C;
 #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) {
-        const T v = xr[c];
-        acc[c] += v;
-        acc[cn + c] += v * v;
-      }
-    });
-    std::vector<T> scale(C), shift(C), sign(C);
+          for (int64_t c = 0; c < cn; ++c) {
+            const T x0 = w0[c], x1 = w1[c], x2 = w2[c], x3 = w3[c];
+            acc[c] += (x0 + x1) + (x2 + x3);
+            acc[cn + c] += (x0 * x0 + x1 * x1) + (x2 * x2 + x3 * x3);
+            // The largest of sign * x (the first one on ties, in row-major order), as the
+            // max-pool after an increasing (sign +1) or decreasing (sign -1) map picks it.
+            const T s = sg[c];
+            const T v0 = s * x0, v1 = s * x1, v2 = s * x2, v3 = s * x3;
+            const T m01 = v1 > v0 ? v1 : v0, m23 = v3 > v2 ? v3 : v2;
+            const int32_t k01 = v1 > v0 ? 1 : 0, k23 = v3 > v2 ? 3 : 2;
+            const T x01 = v1 > v0 ? x1 : x0, x23 = v3 > v2 ? x3 : x2;
+            xq[c] = m23 > m01 ? x23 : x01;
+            sq[c] = static_cast<uint8_t>(m23 > m01 ? k23 : k01);
+          }
+        });
+    if (g.h != 2 * g.ph || g.w != 2 * g.pw) {  // the pixels outside every window
+      std::vector<double> rest =
+          BlockSums<T>(ctx, g.pixels(), 2 * C, 2 * C, [&](int64_t r, T* __restrict acc) {
+            const int64_t i = (r / g.w) % g.h, j = r % g.w;
+            if (i < 2 * g.ph && j < 2 * g.pw) return;
+            const T* __restrict xr = x + r * C;
+            const int64_t cn = C;
+#pragma omp simd
+            for (int64_t c = 0; c < cn; ++c) {
+              acc[c] += xr[c];
+              acc[cn + c] += xr[c] * xr[c];
+            }
+          });
+      for (int64_t i = 0; i < 2 * C; ++i) sums[i] += rest[i];
+    }
+    const int64_t M = g.pixels();
+    std::vector<T> scale(C), offset(C);
     for (int64_t c = 0; c < C; ++c) {
       const double m = M > 0 ? sums[c] / M : 0.0;
       const double v = M > 0 ? std::max(sums[C + c] / M - m * m, 0.0) : 0.0;
@@ -259,43 +307,20 @@ class NormReluPoolOp : public OpKernel {
       var[c] = static_cast<T>(v);
       inv[c] = static_cast<T>(1.0 / std::sqrt(v + static_cast<double>(epsilon_)));
       scale[c] = gamma[c] * inv[c];
-      shift[c] = beta[c] - mean[c] * scale[c];
-      sign[c] = gamma[c] < T(0) ? T(-1) : T(1);
+      offset[c] = beta[c] - mean[c] * scale[c];
     }
-    ParallelRows(ctx, g.pooled(), 12 * C, [&](int64_t q0, int64_t q1) {
-      std::vector<int32_t> picked(C);
+    const T* __restrict sc = scale.data();
+    const T* __restrict of = offset.data();
+    ParallelRows(ctx, g.pooled(), 3 * C, [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
-        int64_t off[4];
-        g.windows(q, off);
-        const T* __restrict w0 = x + off[0];
-        const T* __restrict w1 = x + off[1];
-        const T* __restrict w2 = x + off[2];
-        const T* __restrict w3 = x + off[3];
+        const T* __restrict xq = selected + q * C;
         T* __restrict yq = y + q * C;
-        T* __restrict xq = selected + q * C;
-        int32_t* __restrict kq = picked.data();
-        const T* __restrict sg = sign.data();
-        const T* __restrict sc = scale.data();
-        const T* __restrict sh = shift.data();
         const int64_t cn = C;
 #pragma omp simd
         for (int64_t c = 0; c < cn; ++c) {
-          // The largest of sign * x (the first one on ties, in row-major order), as the
-          // max-pool after an increasing (sign +1) or decreasing (sign -1) map picks it.
-          const T s = sg[c];
-          const T v0 = s * w0[c], v1 = s * w1[c], v2 = s * w2[c], v3 = s * w3[c];
-          const T m01 = v1 > v0 ? v1 : v0, m23 = v3 > v2 ? v3 : v2;
-          const int32_t k01 = v1 > v0 ? 1 : 0, k23 = v3 > v2 ? 3 : 2;
-          const T best = m23 > m01 ? m23 : m01;
-          kq[c] = m23 > m01 ? k23 : k01;
-          const T xv = s * best;
-          xq[c] = xv;
-          const T z = xv * sc[c] + sh[c];
+          const T z = xq[c] * sc[c] + of[c];
           yq[c] = z > T(0) ? z : T(0);
         }
-        uint8_t* __restrict sq = sel + q * C;
-#pragma omp simd
-        for (int64_t c = 0; c < cn; ++c) sq[c] = static_cast<uint8_t>(kq[c]);
       }
     });
   }
@@ -314,17 +339,6 @@ void ForRestPixels(OpKernelContext* ctx, const Geometry& g, Fn fn) {
     }
   });
 }
-
-// The pointers to pooled pixel q's 4 window rows of a full-size tensor.
-template <typename P>
-struct Window {
-  P v[4];
-  Window(P base, const Geometry& g, int64_t q) {
-    int64_t off[4];
-    g.windows(q, off);
-    for (int k = 0; k < 4; ++k) v[k] = base + off[k];
-  }
-};
 
 template <typename T>
 class NormReluPoolGradOp : public OpKernel {
