@@ -238,7 +238,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   ``BatchNormalization`` runs on TensorFlow's fused kernel (:mod:`hypernet.fused_norm`:
   exact to second order, 1.2-1.5x faster MAML meta-steps); ``with fused_norm.disabled():``
   keeps Keras' own code. The meta-learners' calls (:mod:`hypernet.meta`) run with plain
-  bias additions on CPU (:mod:`hypernet.plain_bias`).
+  bias additions on CPU (:mod:`hypernet.plain_bias`) and each BatchNorm -> ReLU -> 2x2
+  max-pool block on one kernel (:mod:`hypernet.norm_relu_pool`).
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).

@@ -31,6 +31,10 @@ differentiation sees): for them run in float64, or inside :func:`disabled`, wher
 exact moments of :mod:`hypernet.second_order` apply. The fused forward pass rounds
 differently from Keras' decomposition (errors against float64 within 2x of Keras',
 either way; ~1e-6 of the normalised values at unit scale).
+
+Inside :func:`hypernet.norm_relu_pool.scope` (the meta-learners' calls) each such call
+also registers its output, so that a ``MaxPooling2D(2)`` of its ``ReLU`` computes the
+whole block on the fused BatchNorm -> ReLU -> max-pool kernel (that module's doc).
 """
 from __future__ import annotations
 
