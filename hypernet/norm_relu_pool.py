@@ -5,25 +5,41 @@ BatchNorm, ReLU and max-pool of each conv block and their gradients took 35% of 
 kernel time (``benchmarks/op_profile.py``): five passes over the block's full-size
 tensor forward and back, where the convolutions themselves run as fast as PyTorch's.
 
+With this kernel the meta-step runs 1.2-1.3x faster than on TensorFlow's ops (first
+order: 3.42-3.47 against 2.80-2.84 steps/s; second order: 3.13-3.28 against 2.39-2.44;
+``benchmarks/meta_bench.py --strategies accumulate,accumulate:unfused``, README's
+benchmark section), and 1.5-1.8x PyTorch's.
+
 The kernel (``hypernet/kernels/norm_relu_pool.cc``) uses that, per channel ``c``,
 ``z = gamma_c (x - mean_c) / sqrt(var_c + eps) + beta_c`` followed by a ReLU is monotone
-in ``x``: increasing for ``gamma_c >= 0``, decreasing for ``gamma_c < 0``. So the max-pool
-of ``relu(z)`` is the normalisation of the window's largest ``x`` (smallest for
-``gamma_c < 0``), and the block reads the full tensor twice forward (moments, pooling)
-and once back, normalising and rectifying only the pooled quarter. The batch moments are
-still those of the whole ``x`` (Ioffe & Szegedy 2015, Alg. 1), so values are those of
-``MaxPool(ReLU(BatchNorm(x)))`` up to rounding, and so are the derivatives:
+in ``x``: increasing for ``gamma_c > 0``, decreasing for ``gamma_c < 0``, constant for
+``gamma_c = 0``. So the max-pool of ``relu(z)`` is the normalisation of the window's
+largest ``x`` (smallest for ``gamma_c < 0``; the first on ties and for ``gamma_c = 0``, as
+TensorFlow's ``MaxPool`` gradient picks), which is known before the moments: one pass
+over ``x`` sums the moments and selects, one over the pooled quarter normalises and
+rectifies. The batch moments are those of the whole ``x`` (Ioffe & Szegedy 2015,
+Alg. 1), so values are those of ``MaxPool(ReLU(BatchNorm(x)))`` up to rounding, and so
+are the derivatives. Per channel, with ``r = 1 / sqrt(var + eps)``, ``u = x - mean``,
+``xhat = u r``, ``M = N H W``, ``g`` the upstream gradient where the ReLU passed (pooled),
+``G`` that scattered to the selected positions (full size), ``_sel`` a value at them:
 
-* first: ``dx = gamma r (G - sum(g) / M - xhat sum(g xhat_sel) / M)``, with ``g`` the
-  upstream gradient where the ReLU passed, ``G`` that scattered to the selected
-  positions, ``r = 1 / sqrt(var + eps)``, ``M = N H W``; ``dgamma = sum(g xhat_sel)``,
-  ``dbeta = sum(g)``;
-* second (MAML's meta-gradient differentiates the inner loop's gradient): the
-  ``HypernetNormReluPoolGradGrad`` op, the exact derivative of the above with respect to
-  ``dy``, ``x`` (through ``mean`` and ``r`` too) and ``gamma``, derived in the kernel's
-  comments and checked against float64 nested tapes of the unfused ops
-  (``tests/test_norm_relu_pool.py``). A third derivative raises ``LookupError``
-  (as TensorFlow's fused BatchNorm, whose second derivative is already approximate there:
+* first: ``dx = gamma r (G - dbeta / M - xhat dgamma / M)``, ``dgamma = sum(g xhat_sel)``,
+  ``dbeta = sum(g)``: a pass over the pooled quarter for the sums, one over ``x``;
+* second (MAML's meta-gradient differentiates the inner loop's gradient): for upstream
+  ``(ddx, ddgamma, ddbeta)`` on ``(dx, dgamma, dbeta)``, with ``A = mean(ddx)``,
+  ``S2 = sum(ddx u)``, ``S1 = sum(g u_sel)``, ``C0 = sum(g ddx_sel)``, ``B = r S2 / M``:
+
+  - ``d dy = [relu passed] (gamma r (ddx_sel - A - xhat_sel B) + ddgamma xhat_sel + ddbeta)``
+  - ``d gamma = r (C0 - dbeta A - dgamma B)``
+  - ``d x = K1 u + K2 G + K3 ddx + K4`` with ``P = gamma C0 - gamma dbeta A + ddgamma S1 -
+    3 gamma r^2 S1 S2 / M``, ``K1 = -r^3 P / M``, ``K2 = ddgamma r - gamma r^3 S2 / M``,
+    ``K3 = -gamma r^3 S1 / M``, ``K4 = -K2 dbeta / M - K3 A`` (``mean`` and ``r`` differentiated
+    as functions of ``x``; the selection and the ReLU's mask are piecewise constant).
+
+  The ``HypernetNormReluPoolGradGrad`` op computes these in a pass over ``x`` and two
+  over the pooled quarter; ``tests/test_norm_relu_pool.py`` checks them against float64
+  nested tapes of TensorFlow's ops. A third derivative raises ``LookupError`` (as with
+  TensorFlow's fused BatchNorm, whose third derivative is not exact either:
   :mod:`hypernet.fused_norm`).
 
 Where it applies: inside :func:`scope` (entered by the meta-learners' functional calls,
