@@ -160,8 +160,12 @@ class Trainer:
     self._eval_step = tf.function(self._eval_step_fn)
     # XLA compiles the forward and backward pass only: the cross-replica sums and the
     # optimiser update (a merge_call on CPU devices) stay outside the XLA cluster.
-    self._gradients = tf.function(self._gradients_fn, jit_compile=True) \
-        if self.jit else self._gradients_fn
+    # The tasks' code is plain TensorFlow (tf.while_loop, Python loops over static
+    # sizes): traced as written, without AutoGraph converting every function it calls
+    # (most of the set-up time of a meta-learning step).
+    gradients_fn = tf.autograph.experimental.do_not_convert(self._gradients_fn)
+    self._gradients = tf.function(gradients_fn, jit_compile=True) \
+        if self.jit else gradients_fn
 
   # -- the compiled step ------------------------------------------------------------
   def _gradients_fn(self, batch):
@@ -234,7 +238,8 @@ class Trainer:
       return self.task.eval_sums(batch)
 
   def _eval_step_fn(self, batch):
-    sums = self.strategy.run(self._eval_sums, args=(batch,))
+    sums = self.strategy.run(tf.autograph.experimental.do_not_convert(self._eval_sums),
+                             args=(batch,))
     return tf.nest.map_structure(
         lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None), sums)
 
