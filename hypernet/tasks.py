@@ -20,6 +20,12 @@ talks to this interface, so no algorithm needs a train loop of its own:
   sums' names in evaluation (and training);
 * ``eval_sums(batch)`` -> metric sums ``{name: (sum, count)}``;
 * ``apply_state(state)`` -- writes non-trainable state (BatchNorm statistics).
+
+``train_loss`` / ``train_gradients`` and ``eval_sums`` are traced into the loop's
+``tf.function`` as written, without AutoGraph (converting every function a
+meta-learning step calls took most of its set-up time): a task branches or loops on
+tensors with ``tf.cond`` / ``tf.while_loop``, as the project's tasks do; Python ``if`` and
+``for`` are for static values.
 """
 from __future__ import annotations
 
