@@ -43,7 +43,6 @@ import threading
 from typing import Iterator, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from hypernet import norm_relu_pool, second_order
@@ -70,15 +69,6 @@ def _fusable(layer, inputs, training, mask) -> bool:
     return False
   dtype = keras.backend.result_type(inputs.dtype, "float32")
   return dtype == "float32" and inputs.shape[-1] is not None
-
-
-def _is_zero(t) -> bool:
-  """Whether ``t`` is known, without running anything, to be all zeros (the upstream
-  gradient TensorFlow passes for an output nothing depends on)."""
-  if t is None:
-    return True
-  value = tf.get_static_value(t)
-  return value is not None and not np.any(value)
 
 
 def fused_batch_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor,
@@ -119,11 +109,7 @@ def fused_batch_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor,
       dx, dgamma, dbeta, _, _ = tf.raw_ops.FusedBatchNormGradV3(
           y_backprop=dy, x=x, scale=gamma, reserve_space_1=r1, reserve_space_2=r2,
           reserve_space_3=r3, epsilon=epsilon, data_format="NHWC", is_training=True)
-      if not _is_zero(dmean):
-        dx += dmean / n
-      if not _is_zero(dvariance):
-        dx += dvariance * (2.0 / n) * (x - tf.reduce_mean(x, [0, 1, 2]))
-      return dx, dgamma, dbeta
+      return second_order.add_moment_gradients(dx, x, dmean, dvariance, n), dgamma, dbeta
 
     return (y, mean, variance), grad
 

@@ -71,7 +71,6 @@ import threading
 from typing import Callable, Iterator, Optional, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from hypernet import second_order
@@ -191,15 +190,6 @@ def norm_relu_pool(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: flo
   return y, mean + shift, variance
 
 
-def _is_zero(t) -> bool:
-  """Whether ``t`` is known, without running anything, to be all zeros (the upstream
-  gradient TensorFlow passes for an output nothing depends on)."""
-  if t is None:
-    return True
-  value = tf.get_static_value(t)
-  return value is not None and not np.any(value)
-
-
 @tf.RegisterGradient("HypernetNormReluPool")
 def _grad(op, dy, dmean, dvariance, *unused):
   """First derivative (module doc): the kernel's analytic gradient, plus the moments'
@@ -214,10 +204,7 @@ def _grad(op, dy, dmean, dvariance, *unused):
       dy=_zero_if_none(dy, y), x=x, gamma=gamma, y=y, mean=mean, inv_std=inv_std,
       selection=selection, selected=selected)
   n = tf.cast(tf.size(x) // tf.shape(x)[-1], x.dtype)
-  if not _is_zero(dmean):
-    dx += dmean / n
-  if not _is_zero(dvariance):
-    dx += dvariance * (2.0 / n) * (x - tf.reduce_mean(x, [0, 1, 2]))
+  dx = second_order.add_moment_gradients(dx, x, dmean, dvariance, n)
   # Exactly zero through the outputs; written as 0 * shift so that an outer tape records
   # it (a second-order inner loop checks that every inner gradient is recorded).
   return dx, dgamma, dbeta, 0.0 * shift

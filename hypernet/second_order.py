@@ -34,6 +34,7 @@ import threading
 from typing import Iterator, List, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 _state = threading.local()
@@ -115,6 +116,28 @@ def thread_count(state: threading.local, name: str) -> Iterator[None]:
     yield
   finally:
     setattr(state, name, getattr(state, name) - 1)
+
+
+def add_moment_gradients(dx: tf.Tensor, x: tf.Tensor, dmean, dvariance, n) -> tf.Tensor:
+  """``dx`` plus the gradient through the batch moments of ``x`` ``[N, H, W, C]``:
+  ``dmean / n`` and ``dvariance 2 (x - mean) / n`` (biased variance, ``n = N H W``),
+  each only where it is not known to be zero (an output nothing depends on). The fused
+  BatchNorm kernels give their moment outputs no gradient of their own
+  (:mod:`hypernet.fused_norm`, :mod:`hypernet.norm_relu_pool`)."""
+  if not is_known_zero(dmean):
+    dx += dmean / n
+  if not is_known_zero(dvariance):
+    dx += dvariance * (2.0 / n) * (x - tf.reduce_mean(x, [0, 1, 2]))
+  return dx
+
+
+def is_known_zero(t) -> bool:
+  """Whether ``t`` is known, without running anything, to be all zeros (``None``, or the
+  constant upstream gradient TensorFlow passes for an output nothing depends on)."""
+  if t is None:
+    return True
+  value = tf.get_static_value(t)
+  return value is not None and not np.any(value)
 
 
 def all_tapes_visible():
