@@ -679,7 +679,8 @@ def base_config():
   # for ~25 MB; unstaggered +15% for ~90 MB). First order is never staggered.
   # (benchmarks/meta_bench.py, experiments/RESULTS_meta.md)
   c.meta.fused_blocks = True  # CPU: each BatchNorm -> ReLU -> 2x2 max-pool block of the
-  # target on one kernel (hypernet/norm_relu_pool.py; same values, exact second order);
+  # target on one kernel (hypernet/norm_relu_pool.py; values equal up to rounding, exact
+  # second order);
   # False: TensorFlow's separate ops. Off under jit_compile (XLA cannot compile it).
   c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
   # more query pass per task); evaluation always reports them

@@ -51,7 +51,12 @@ the whole block and reassigns the BatchNorm's moving statistics from the kernel'
 moments, so the separate BatchNorm and ReLU ops have no consumer left and TensorFlow
 prunes them. Anything else runs as before; so does everything when the kernel cannot be
 built (a warning says why). Inside ``jit_compile=True`` functions XLA cannot compile the
-kernel: trace them inside :func:`disabled` (the Trainer does).
+kernel: trace them inside :func:`disabled` (the Trainer does). Under
+``tf.vectorized_map`` (``meta_batch_loss(parallel="vectorized_map")``) the ops have no
+vectorising converter, so ``pfor`` runs them in a loop over the tasks (TensorFlow warns
+"Using a while_loop for converting HypernetNormReluPool"): values and gradients are
+right, the blocks are not vectorised; the default ``accumulate`` strategy never
+vectorises tasks.
 
 The kernel is compiled from source on first use with the compiler and flags TensorFlow
 reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default
@@ -114,7 +119,11 @@ def _compile(target: str) -> None:
   try:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-      raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+      errors = [l for l in done.stderr.splitlines() if "error" in l.lower()]
+      reason = (errors or done.stderr.strip().splitlines() or
+                [f"exit status {done.returncode}, no message"])[0]
+      raise RuntimeError(f"{compiler} could not compile {_SOURCE}: {reason}\n"
+                         f"command: {' '.join(cmd)}\n{done.stderr[-2000:]}")
     os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or none
   finally:
     if os.path.exists(tmp):
@@ -142,7 +151,8 @@ def library():
       _load_error = str(e)
       logging.warning(
           "hypernet: the fused BatchNorm-ReLU-max-pool kernel is unavailable, so "
-          "meta-learning steps use TensorFlow's separate ops (slower, same values): %s",
+          "meta-learning steps use TensorFlow's separate ops (slower; values equal up to "
+          "rounding): %s (hypernet.norm_relu_pool.load_error() has the whole message)",
           _load_error.splitlines()[0] if _load_error else e)
     return _library
 

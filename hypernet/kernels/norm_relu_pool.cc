@@ -259,6 +259,12 @@ class NormReluPoolOp : public OpKernel {
     std::vector<T> sign(C);
     for (int64_t c = 0; c < C; ++c) sign[c] = gamma[c] < T(0) ? T(-1) : gamma[c] > T(0) ? T(1) : T(0);
     const T* __restrict sg = sign.data();
+    // Sums of x - K and (x - K)^2 with K the first pixel's values: with K near the mean,
+    // no cancellation when a channel's mean is large against its spread (E[x^2] - mean^2
+    // would lose the variance entirely there).
+    std::vector<T> origin(C, T(0));
+    if (g.pixels() > 0) std::copy(x, x + C, origin.begin());
+    const T* __restrict kp0 = origin.data();
     std::vector<double> sums =
         BlockSums<T>(ctx, g.pooled(), 2 * C, 16 * C, [&](int64_t q, T* __restrict acc) {
           const Window<const T*> w(x, g, q);
@@ -270,8 +276,9 @@ class NormReluPoolOp : public OpKernel {
 #pragma omp simd
           for (int64_t c = 0; c < cn; ++c) {
             const T x0 = w0[c], x1 = w1[c], x2 = w2[c], x3 = w3[c];
-            acc[c] += (x0 + x1) + (x2 + x3);
-            acc[cn + c] += (x0 * x0 + x1 * x1) + (x2 * x2 + x3 * x3);
+            const T d0 = x0 - kp0[c], d1 = x1 - kp0[c], d2 = x2 - kp0[c], d3 = x3 - kp0[c];
+            acc[c] += (d0 + d1) + (d2 + d3);
+            acc[cn + c] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
             // The largest of sign * x (the first one on ties, in row-major order), as the
             // max-pool after an increasing (sign +1) or decreasing (sign -1) map picks it.
             const T s = sg[c];
@@ -292,25 +299,26 @@ class NormReluPoolOp : public OpKernel {
             const int64_t cn = C;
 #pragma omp simd
             for (int64_t c = 0; c < cn; ++c) {
-              acc[c] += xr[c];
-              acc[cn + c] += xr[c] * xr[c];
+              const T d = xr[c] - kp0[c];
+              acc[c] += d;
+              acc[cn + c] += d * d;
             }
           });
       for (int64_t i = 0; i < 2 * C; ++i) sums[i] += rest[i];
     }
     const int64_t M = g.pixels();
-    std::vector<T> scale(C), offset(C);
+    std::vector<T> scale(C);
     for (int64_t c = 0; c < C; ++c) {
-      const double m = M > 0 ? sums[c] / M : 0.0;
+      const double m = M > 0 ? sums[c] / M : 0.0;  // mean of x - K
       const double v = M > 0 ? std::max(sums[C + c] / M - m * m, 0.0) : 0.0;
-      mean[c] = static_cast<T>(m);
+      mean[c] = static_cast<T>(static_cast<double>(origin[c]) + m);
       var[c] = static_cast<T>(v);
       inv[c] = static_cast<T>(1.0 / std::sqrt(v + static_cast<double>(epsilon_)));
       scale[c] = gamma[c] * inv[c];
-      offset[c] = beta[c] - mean[c] * scale[c];
     }
     const T* __restrict sc = scale.data();
-    const T* __restrict of = offset.data();
+    const T* __restrict mp = mean;
+    const T* __restrict bt = beta;
     ParallelRows(ctx, g.pooled(), 3 * C, [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
         const T* __restrict xq = selected + q * C;
@@ -318,7 +326,7 @@ class NormReluPoolOp : public OpKernel {
         const int64_t cn = C;
 #pragma omp simd
         for (int64_t c = 0; c < cn; ++c) {
-          const T z = xq[c] * sc[c] + of[c];
+          const T z = (xq[c] - mp[c]) * sc[c] + bt[c];  // centred first: no cancellation
           yq[c] = z > T(0) ? z : T(0);
         }
       }
@@ -390,15 +398,15 @@ class NormReluPoolGradOp : public OpKernel {
       dbeta_t->flat<T>()(c) = static_cast<T>(sums[c]);
       dgamma_t->flat<T>()(c) = static_cast<T>(dgamma);
       const double kc = static_cast<double>(gamma[c]) * inv[c];
-      // dx = k (G - dbeta / M - xhat dgamma / M) = a x + b + k G.
-      const double slope = -kc * dgamma / M * inv[c];
-      a[c] = static_cast<T>(slope);
-      b[c] = static_cast<T>(-kc * sums[c] / M - slope * mean[c]);
+      // dx = k (G - dbeta / M - xhat dgamma / M) = a (x - mean) + b + k G.
+      a[c] = static_cast<T>(-kc * dgamma / M * inv[c]);
+      b[c] = static_cast<T>(-kc * sums[c] / M);
       k[c] = static_cast<T>(kc);
     }
     const T* __restrict ap = a.data();
     const T* __restrict bp = b.data();
     const T* __restrict kp = k.data();
+    const T* __restrict mp = mean;
     // One pass over the windows (the scattered G added where selected) ...
     ParallelRows(ctx, g.pooled(), 16 * C, [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
@@ -414,7 +422,7 @@ class NormReluPoolGradOp : public OpKernel {
 #pragma omp simd
           for (int64_t c = 0; c < cn; ++c) {
             const T gv = (yq[c] > T(0) && sq[c] == kk) ? dyq[c] : T(0);
-            out[c] = ap[c] * xr[c] + bp[c] + kp[c] * gv;
+            out[c] = ap[c] * (xr[c] - mp[c]) + bp[c] + kp[c] * gv;
           }
         }
       }
@@ -423,7 +431,7 @@ class NormReluPoolGradOp : public OpKernel {
     ForRestPixels(ctx, g, [&](int64_t r) {
       const int64_t cn = C;
 #pragma omp simd
-      for (int64_t c = 0; c < cn; ++c) dx[r * C + c] = ap[c] * x[r * C + c] + bp[c];
+      for (int64_t c = 0; c < cn; ++c) dx[r * C + c] = ap[c] * (x[r * C + c] - mp[c]) + bp[c];
     });
   }
 };
