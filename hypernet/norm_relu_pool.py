@@ -51,12 +51,11 @@ the whole block and reassigns the BatchNorm's moving statistics from the kernel'
 moments, so the separate BatchNorm and ReLU ops have no consumer left and TensorFlow
 prunes them. Anything else runs as before; so does everything when the kernel cannot be
 built (a warning says why). Inside ``jit_compile=True`` functions XLA cannot compile the
-kernel: trace them inside :func:`disabled` (the Trainer does). Under
-``tf.vectorized_map`` (``meta_batch_loss(parallel="vectorized_map")``) the ops have no
-vectorising converter, so ``pfor`` runs them in a loop over the tasks (TensorFlow warns
-"Using a while_loop for converting HypernetNormReluPool"): values and gradients are
-right, the blocks are not vectorised; the default ``accumulate`` strategy never
-vectorises tasks.
+kernel: trace them inside :func:`disabled` (the Trainer does). The ops have no
+``tf.vectorized_map`` converter (``pfor`` would run them in a loop over the tasks, right
+but not vectorised), so ``meta_batch_loss(parallel="vectorized_map")`` traces inside
+:func:`disabled`; a ``tf.vectorized_map`` of your own over meta-learners' calls should
+too.
 
 The kernel is compiled from source on first use with the compiler and flags TensorFlow
 reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default

@@ -46,7 +46,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from hypernet import functional, plain_bias
+from hypernet import functional, norm_relu_pool, plain_bias
 from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
@@ -192,7 +192,10 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     per_task, states = tf.map_fn(task, elems, fn_output_signature=signature,
                                  parallel_iterations=parallel_iterations)
   else:
-    per_task, states = tf.vectorized_map(task, elems, fallback_to_while_loop=True)
+    # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
+    # has no pfor converter and would run in a loop over them (hypernet.norm_relu_pool).
+    with norm_relu_pool.disabled():
+      per_task, states = tf.vectorized_map(task, elems, fallback_to_while_loop=True)
   loss = tf.reduce_mean(per_task["query_loss_after"])
   metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
   new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
