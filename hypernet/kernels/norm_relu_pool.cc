@@ -8,7 +8,8 @@
 // the block is computed on the selected values only: the normalisation, the ReLU and
 // their gradients touch a quarter of the tensor.
 //
-// Ops (T = float or double; moments accumulate in double; deterministic: fixed blocks).
+// Ops (T = float or double; sums in T about the first pixel, flushed into double every
+// 16 rows; deterministic: fixed blocks).
 // `shift` (the bias of the convolution before the BatchNorm) is not read: the
 // normalisation removes it. It is an input so that its gradient (zero through y) exists.
 //   HypernetNormReluPool(x, gamma, beta, shift) -> y [N, H/2, W/2, C], mean [C],
