@@ -48,7 +48,6 @@ import tensorflow as tf
 from hypernet import norm_relu_pool, second_order
 
 _state = threading.local()
-_install_lock = threading.Lock()
 _original_call = None
 
 
@@ -188,12 +187,8 @@ def _dispatching_call(self, inputs, training=None, mask=None):
 def _install() -> None:
   """Puts the per-thread dispatcher in place of ``BatchNormalization.call`` (once)."""
   global _original_call
-  with _install_lock:
-    cls = keras.layers.BatchNormalization
-    if cls.call is _dispatching_call:
-      return
-    _original_call = cls.call
-    cls.call = _dispatching_call
+  _original_call = second_order.install_dispatcher(
+      keras.layers.BatchNormalization, "call", _dispatching_call)
 
 
 @contextlib.contextmanager

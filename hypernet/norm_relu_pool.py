@@ -83,7 +83,6 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
                        "norm_relu_pool.cc")
 _state = threading.local()
 _load_lock = threading.Lock()
-_install_lock = threading.Lock()
 _library = None
 _load_error: Optional[str] = None
 _original_pool_call = None
@@ -274,13 +273,10 @@ def _dispatching_pool_call(self, inputs):
 
 
 def _install() -> None:
+  """Puts the per-thread dispatcher in place of ``MaxPooling2D.call`` (once)."""
   global _original_pool_call
-  with _install_lock:
-    cls = keras.layers.MaxPooling2D
-    if cls.call is _dispatching_pool_call:
-      return
-    _original_pool_call = cls.call
-    cls.call = _dispatching_pool_call
+  _original_pool_call = second_order.install_dispatcher(
+      keras.layers.MaxPooling2D, "call", _dispatching_pool_call)
 
 
 @contextlib.contextmanager

@@ -51,7 +51,6 @@ from keras.src.backend.common import dtypes as keras_dtypes
 from hypernet import norm_relu_pool, second_order
 
 _state = threading.local()
-_install_lock = threading.Lock()
 _original_add = None
 
 
@@ -107,11 +106,7 @@ def _dispatching_add(x1, x2):
 def _install() -> None:
   """Puts the per-thread dispatcher in place of the backend's ``add`` (once)."""
   global _original_add
-  with _install_lock:
-    if keras_numpy.add is _dispatching_add:
-      return
-    _original_add = keras_numpy.add
-    keras_numpy.add = _dispatching_add
+  _original_add = second_order.install_dispatcher(keras_numpy, "add", _dispatching_add)
 
 
 def call(fn, *args, **kwargs):

@@ -149,22 +149,33 @@ def all_tapes_visible():
   return thread_count(_state, "tapes_visible")
 
 
+def install_dispatcher(owner, name: str, dispatcher):
+  """Puts ``dispatcher`` in place of ``owner.<name>`` (a Keras class's method or backend
+  function) once, thread-safely, and returns what was there before: how this module,
+  :mod:`hypernet.fused_norm`, :mod:`hypernet.plain_bias` and
+  :mod:`hypernet.norm_relu_pool` put their per-thread switches in place. Calling it
+  again returns the same original."""
+  with _install_lock:
+    current = getattr(owner, name)
+    if current is dispatcher:
+      return dispatcher.original
+    dispatcher.original = current
+    setattr(owner, name, dispatcher)
+    return current
+
+
 def _install() -> None:
   """Puts the per-thread dispatcher in place of Keras' TF-backend moments (once)."""
   global _original_compute_moments
-  with _install_lock:
-    module = _keras_tf_nn()
-    current = getattr(module, "_compute_moments", None)
-    if current is _dispatching_compute_moments:
-      return
-    if current is None:
-      raise RuntimeError(
-          "This Keras version has no keras.src.backend.tensorflow.nn._compute_moments, "
-          "where hypernet makes normalisation moments exact for second derivatives. "
-          f"Keras {keras.__version__} is not supported by hypernet.second_order; pin "
-          "keras to a tested version (see README).")
-    _original_compute_moments = current
-    module._compute_moments = _dispatching_compute_moments  # pylint: disable=protected-access
+  module = _keras_tf_nn()
+  if getattr(module, "_compute_moments", None) is None:
+    raise RuntimeError(
+        "This Keras version has no keras.src.backend.tensorflow.nn._compute_moments, "
+        "where hypernet makes normalisation moments exact for second derivatives. "
+        f"Keras {keras.__version__} is not supported by hypernet.second_order; pin "
+        "keras to a tested version (see README).")
+  _original_compute_moments = install_dispatcher(module, "_compute_moments",
+                                                 _dispatching_compute_moments)
 
 
 def is_exact() -> bool:

@@ -23,6 +23,7 @@ from hypernet.meta import conv4, inner_loop, meta_batch
 
 from test_meta_batch import synthetic_fewshot_batch
 from test_meta_tasks import _digits_config
+from test_plain_bias import _op_types
 
 EPS = 2.0 ** -10  # exactly representable in float32: the op's epsilon attr is a float32
 OP = "HypernetNormReluPool"
@@ -281,15 +282,6 @@ def test_third_derivative_raises_lookup_error():
 
 
 # -- dispatch in traced functional calls ------------------------------------------------
-def _op_types(concrete) -> collections.Counter:
-  """Op types of a concrete function's graph and every function in it."""
-  graph = concrete.graph.as_graph_def()
-  types = collections.Counter(n.op for n in graph.node)
-  for f in graph.library.function:
-    types.update(n.op for n in f.node_def)
-  return types
-
-
 def _conv4(seed=0, **kwargs):
   """conv4 (3-way, 16x16x1, 4 filters) with random conv biases, gammas of both signs,
   betas and moving statistics."""
