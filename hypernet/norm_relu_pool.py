@@ -59,7 +59,8 @@ too.
 
 The kernel is compiled from source on first use with the compiler and flags TensorFlow
 reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default
-``~/.cache/hypernet/kernels``), keyed by the source, TensorFlow's version and the CPU.
+``~/.cache/hypernet/kernels``), keyed by the source, the compiler flags, TensorFlow's
+version and the CPU.
 """
 from __future__ import annotations
 
@@ -86,6 +87,10 @@ _load_lock = threading.Lock()
 _library = None
 _load_error: Optional[str] = None
 _original_pool_call = None
+# Our compiler flags (beside TensorFlow's): vectorised selects need -fno-trapping-math,
+# the `#pragma omp simd` loops -fopenmp-simd. Part of the cache key.
+_FLAGS = ["-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-fno-trapping-math",
+          "-fopenmp-simd", "-w"]
 
 
 def _cpu_key() -> str:
@@ -111,8 +116,7 @@ def _compile(target: str) -> None:
   os.makedirs(os.path.dirname(target), exist_ok=True)
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
   os.close(fd)
-  cmd = ([compiler, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-fno-trapping-math", "-fopenmp-simd", "-w"]
-         + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
+  cmd = ([compiler] + _FLAGS + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
          + tf.sysconfig.get_link_flags())
   try:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -138,7 +142,8 @@ def library():
     with open(_SOURCE, "rb") as f:
       source = f.read()
     key = hashlib.sha256(source + tf.__version__.encode() + repr(
-        tf.sysconfig.get_compile_flags()).encode() + _cpu_key().encode()).hexdigest()[:16]
+        _FLAGS + tf.sysconfig.get_compile_flags()).encode()
+                         + _cpu_key().encode()).hexdigest()[:16]
     target = os.path.join(cache_dir(), f"norm_relu_pool-{key}.so")
     try:
       if not os.path.exists(target):
