@@ -17,8 +17,8 @@ setup(
     license_files=["LICENSE"],
     packages=find_packages(include=["hypernet", "hypernet.*"]),
     # The fused BatchNorm-ReLU-max-pool kernel's source, compiled on first use
-    # (hypernet/norm_relu_pool.py).
-    package_data={"hypernet": ["kernels/*.cc"]},
+    # (hypernet/numerics/norm_relu_pool.py).
+    package_data={"hypernet": ["numerics/kernels/*.cc"]},
     python_requires=">=3.11",
     install_requires=[
         "tensorflow>=2.21,<2.22",

@@ -28,7 +28,8 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from hypernet import functional, models  # pylint: disable=wrong-import-position
+from hypernet.core import functional  # pylint: disable=wrong-import-position
+from hypernet.training import models
 from hypernet.hypernetworks import batched  # pylint: disable=wrong-import-position
 
 _NUM_SETS = flags.DEFINE_list("num_sets", ["1", "4", "16", "64"], "Weight-set counts S.")
@@ -105,5 +106,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags)

@@ -37,8 +37,8 @@ def _split_cpu_if_no_gpu():
 
 
 def _time(config, workdir):
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
-  trainer = train_lib.Trainer(config, workdir)
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
+  trainer = loop.Trainer(config, workdir)
   iterator = trainer.train_iterator(0)
   trainer.train_chunk(iterator, 5)   # Trace and compile.
   best = float("inf")
@@ -75,5 +75,5 @@ def main(argv):
 
 if __name__ == "__main__":
   _split_cpu_if_no_gpu()
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags)

@@ -2,9 +2,9 @@
 (as hypernet runs it) against the same step with Keras' own ``tf.nn.moments``.
 
 Every ``functional_call`` computes normalisation moments as ``mean((x - mean)**2)`` so
-that second derivatives are exact (``hypernet/second_order.py``); Keras' backend uses
+that second derivatives are exact (``hypernet/numerics/second_order.py``); Keras' backend uses
 ``tf.nn.moments``, whose stop-gradient saves a little work in the backward pass. For each
-config, two :class:`hypernet.train_lib.Trainer` s are built in this process, one traced
+config, two :class:`hypernet.training.loop.Trainer` s are built in this process, one traced
 with the exact moments and one with Keras' (the switch patched off while it traces),
 and their compiled chunks of ``--steps`` steps are timed in interleaved windows, so load
 on this shared machine hits both alike. Prints the median steps/s of each and the ratio
@@ -32,7 +32,7 @@ SUBSET = "images_background_small1.zip,images_background_small2.zip"
 
 def _config(name, data_dir, overrides):
   base = "digits_hyper" if name == "digits_bn" else name
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(os.path.join(REPO, "configs", base + ".py"))
   if name == "digits_bn":                 # the main job's target with BatchNorm layers
     config.model.batch_norm = True
@@ -46,9 +46,10 @@ def _config(name, data_dir, overrides):
 
 
 def _trainer(config, workdir, exact):
-  from hypernet import second_order, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.numerics import second_order  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  trainer = train_lib.Trainer(config, workdir)
+  trainer = loop.Trainer(config, workdir)
   iterator = trainer.train_iterator(0)
   original = second_order.exact_moments_scope
   if not exact:

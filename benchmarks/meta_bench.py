@@ -5,7 +5,7 @@ a worker process per implementation and times them in *interleaved* windows (rou
 A, B, C, then B, C, A, ...), so load from other jobs on the machine hits every side;
 rates are medians over the rounds and ratios are taken within the run:
 
-* ``tf:<strategy>``: the real :class:`hypernet.train_lib.Trainer` of the config (default
+* ``tf:<strategy>``: the real :class:`hypernet.training.loop.Trainer` of the config (default
   configs/omniglot_maml.py: conv4 + BatchNorm with batch statistics, exact second order,
   5-way 1-shot, one inner SGD step of 0.4, Adam) running its compiled chunk of steps,
   with ``config.meta.parallel`` = each of ``--strategies`` (``accumulate``: per-task
@@ -16,7 +16,7 @@ rates are medians over the rounds and ratios are taken within the run:
   default, 2, second-order tasks staggered: ``--set meta.staggered=False`` turns that
   off); ``<strategy>:unfused`` (e.g. ``accumulate:unfused``) runs each BatchNorm -> ReLU
   -> max-pool block on TensorFlow's separate ops instead of the fused kernel
-  (``config.meta.fused_blocks=False``, :mod:`hypernet.norm_relu_pool`);
+  (``config.meta.fused_blocks=False``, :mod:`hypernet.numerics.norm_relu_pool`);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
@@ -82,7 +82,7 @@ def _peak_mb() -> float:
 
 
 def _load_config(path):
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   return config_lib.load_config_file(path)
 
 
@@ -128,7 +128,8 @@ def _serve(run_steps, ready: dict) -> None:
 def tf_worker(args) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import functional, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop
   baseline = _rss_mb()
   config = _config(args)
   strategy, _, tasks_in_flight = args.strategy.partition("@")
@@ -143,7 +144,7 @@ def tf_worker(args) -> None:
   gpu = bool(tf.config.list_logical_devices("GPU"))
   with tempfile.TemporaryDirectory() as workdir:
     t0 = time.perf_counter()
-    trainer = train_lib.Trainer(config, workdir)
+    trainer = loop.Trainer(config, workdir)
     iterator = trainer.train_iterator(0)
     if bare:
       run = _bare_steps(trainer)
@@ -187,7 +188,7 @@ def _bare_steps(trainer):
   """The public-API meta-step without the Trainer: ``meta_batch_gradients`` and Adam in
   a ``tf.range`` loop (what the Trainer adds over it is the difference)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
   from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
   task, variables, optimizer = trainer.task, trainer.variables, trainer.optimizer
 

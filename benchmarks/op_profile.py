@@ -6,7 +6,7 @@ it up, times ``--windows`` windows of ``--steps`` meta-steps (median), then reco
 ``--steps`` steps with ``tf.profiler`` and prints the kernel time per op type summed
 over the executor's threads (milliseconds for the recorded steps; ``Process`` lines are
 the executor's own bookkeeping, not kernels). ``--unfused`` runs everything under
-``hypernet.fused_norm.disabled()``: Keras' element-wise BatchNorm instead of the fused
+``hypernet.numerics.fused_norm.disabled()``: Keras' element-wise BatchNorm instead of the fused
 kernel, for the comparison.
 
   python benchmarks/op_profile.py --data_dir=../shared/data/omniglot \\
@@ -42,7 +42,8 @@ def main():
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
-  from hypernet import config_lib, fused_norm, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib, loop  # pylint: disable=g-import-not-at-top
+  from hypernet.numerics import fused_norm
 
   c = config_lib.load_config_file(os.path.join(HERE, "..", "configs", "omniglot_maml.py"))
   c.data.data_dir = args.data_dir
@@ -54,7 +55,7 @@ def main():
   scope = fused_norm.disabled() if args.unfused else contextlib.nullcontext()
   with scope, tempfile.TemporaryDirectory() as workdir, \
       tempfile.TemporaryDirectory() as logdir:
-    trainer = train_lib.Trainer(c, workdir)
+    trainer = loop.Trainer(c, workdir)
     iterator = trainer.train_iterator(0)
     t0 = time.perf_counter()
     trainer.train_chunk(iterator, 1)

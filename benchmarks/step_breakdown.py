@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
 import step_ratio  # noqa: E402  (its flags: --batch_size, --steps, --repeats, --jit)
-from hypernet import tasks  # noqa: E402
+from hypernet.training import tasks  # noqa: E402
 
 FLAGS = flags.FLAGS
 # step_ratio's flags (--batch_size, --steps, --repeats, ...) are this script's: list them
@@ -129,5 +129,5 @@ def main(_):
 
 
 if __name__ == "__main__":
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags)

@@ -10,7 +10,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"
 HERE = os.path.dirname(os.path.abspath(__file__)); sys.path.insert(0, os.path.join(HERE, "..", "configs")); sys.path.insert(0, HERE)
 import keras, tensorflow as tf
 import fashion_mnist_hyper
-from hypernet import tasks
+from hypernet.training import tasks
 from absl import flags
 import step_ratio
 flags.FLAGS(["x"])

@@ -22,7 +22,7 @@ plain Keras (wall and process CPU time); the hypernetwork's is the main figure.
 
 With BatchNorm in the target (the config's default since the sixth session) the plain
 Keras step runs Keras' element-wise BatchNorm and the functional call the fused kernel
-(``hypernet/fused_norm.py``); ``--nobatch_norm`` times the target without it.
+(``hypernet/numerics/fused_norm.py``); ``--nobatch_norm`` times the target without it.
 
     python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5] [--nobatch_norm]
         [--malloc_keep]
@@ -46,7 +46,7 @@ import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
 import torch_reference  # noqa: E402
-from hypernet import tasks  # noqa: E402
+from hypernet.training import tasks  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
 flags.DEFINE_integer("batch_size", 128, "Examples per step.")
@@ -180,5 +180,5 @@ def main(_):
 
 
 if __name__ == "__main__":
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags)

@@ -21,7 +21,7 @@ parser.add_argument("--data_dir", default=os.path.normpath(
 args = parser.parse_args()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
-from hypernet import config_lib, train_lib
+from hypernet.training import config_lib, loop
 order = args.order; mb = args.meta_batch
 c = config_lib.load_config_file(os.path.join(REPO, "configs", "omniglot_maml.py"))
 c.data.data_dir = args.data_dir
@@ -32,7 +32,7 @@ c.meta.num_queries = 15
 c.batch_size = mb
 with tempfile.TemporaryDirectory() as wd:
   t0 = time.perf_counter()
-  tr = train_lib.Trainer(c, wd)
+  tr = loop.Trainer(c, wd)
   it = tr.train_iterator(0)
   t1 = time.perf_counter()
   cf = tr._train_steps.get_concrete_function(it, tf.constant(1, tf.int64))

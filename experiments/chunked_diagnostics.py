@@ -1,7 +1,7 @@
 """Why a chunked hypernetwork underfits: per-layer relative step sizes of the generated
 weights, against direct training of the same target, at given learning rates.
 
-Trains a config for ``--steps`` steps with the one train loop (``train_lib.Trainer``) and
+Trains a config for ``--steps`` steps with the one train loop (``loop.Trainer``) and
 every ``--every`` steps records, per target layer ``l``, the relative change of its
 weights ``||w_l(t + every) - w_l(t)|| / ||w_l(t)||`` divided by ``every`` (the mean
 relative step), for each variant. Prints a markdown table (variants as columns, layers
@@ -27,7 +27,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from hypernet import config_lib
+from hypernet.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,7 +64,7 @@ def parse_flags(argv):
   """absl flag parsing for this script (``app.run(main, flags_parser=parse_flags)``).
 
   ``--config`` here is a config NAME from configs/ (a plain string flag), not the config
-  FILE of ``hypernet.cli.parse_flags`` (ml_collections), so that parser does not apply.
+  FILE of ``hypernet.training.cli.parse_flags`` (ml_collections), so that parser does not apply.
   ``--help`` / ``--helpfull`` print the flags and exit 0; a bad flag or value, or a
   ``--config`` naming no config, is one line on stderr and exit status 1.
 
@@ -97,7 +97,7 @@ def parse_flags(argv):
 
 def _layer_weights(trainer) -> Dict[str, np.ndarray]:
   """``{layer: all its kernel and bias scalars}`` as the target sees them now."""
-  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
   source = trainer.task.source
   values = {p: v.numpy() for p, v in functional.variable_paths(source.target,
                                                                trainable=True).items()}
@@ -117,7 +117,8 @@ def raw_gradient_rms(config, num_batches: int = 5) -> Dict[str, float]:
   shared head sums these over every chunk, and Adam divides by their overall RMS.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import functional, objectives, tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.training import objectives, tasks
   from hypernet.hypernetworks import base  # pylint: disable=g-import-not-at-top
   config = config.copy_and_resolve_references()
   config.hypernet.kind = "none"
@@ -143,9 +144,9 @@ def raw_gradient_rms(config, num_batches: int = 5) -> Dict[str, float]:
 
 def relative_steps(config, steps: int, every: int) -> Dict[str, float]:
   """``{layer: mean ||dw|| / ||w|| per step}`` over ``steps`` steps of training."""
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as workdir:
-    trainer = train_lib.Trainer(config, workdir)
+    trainer = loop.Trainer(config, workdir)
     iterator = trainer.train_iterator(0)
     before = _layer_weights(trainer)
     sums = {l: 0.0 for l in before}

@@ -47,7 +47,7 @@ from absl import logging
 import numpy as np
 
 from experiments.digits_sweep import command  # one command-line writer for both
-from hypernet import config_lib
+from hypernet.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -170,7 +170,7 @@ def run_frontier(out: str, data_dir: str, preset: str = "full", steps: int = Non
     ``accuracies`` (per seed), ``seeds``, ``steps``, ``lr``, ``command`` (seed 0) and
     ``workdirs``.
   """
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
   steps = steps or DEFAULT_STEPS[preset]
   rows = []
   for kind, name, config_name, overrides, key in points(preset):
@@ -186,7 +186,7 @@ def run_frontier(out: str, data_dir: str, preset: str = "full", steps: int = Non
       else:
         config = load_config(config_name)
         config.update_from_flattened_dict(ov)
-        result = train_lib.train_and_evaluate(config, workdir)
+        result = loop.train_and_evaluate(config, workdir)
       print(f"{name} seed {seed}: test accuracy {100 * result['accuracy']:.2f}%  "
             f"compression {result['params/compression_ratio']:.2f}  "
             f"({time.time() - t:.0f} s)", flush=True)
@@ -312,5 +312,5 @@ def main(argv):
 
 if __name__ == "__main__":
   _define_flags()
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=cli.parse_flags)

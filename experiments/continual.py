@@ -58,7 +58,7 @@ def unfinished(workdir: str):
     pass
   step = metrics.get("step")
   if step is None:  # Killed before the end: the latest checkpoint's step, if any.
-    from hypernet import cli  # pylint: disable=g-import-not-at-top  (TensorFlow-free)
+    from hypernet.training import cli  # pylint: disable=g-import-not-at-top  (TensorFlow-free
     step = cli.latest_checkpoint_step(os.path.join(workdir, "checkpoints"))
   done = f"stopped at step {step if step is not None else '?'}"
   missing = (f"{total - step} of its {total} steps missing" if total is not None and
@@ -71,7 +71,7 @@ def unfinished(workdir: str):
 def short_run_overrides(name: str, steps_per_task: int) -> list:
   """``--config.*`` flags that shorten ``configs/<name>.py`` to ``steps_per_task`` steps
   per task, the whole task sequence (``num_steps = num_tasks * steps_per_task``)."""
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
   return [f"--config.continual.steps_per_task={steps_per_task}",
           f"--config.num_steps={config.continual.num_tasks * steps_per_task}"]

@@ -33,7 +33,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from hypernet import config_lib
+from hypernet.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,7 +103,7 @@ def run_sweep(out: str, preset: str = "full", steps: int = None,
     ``accuracy``/``accuracy_std``/``loss`` (test set, mean and std over seeds),
     ``wall_time_sec`` (mean), ``command`` (seed 0), ``workdirs`` and ``curves``.
   """
-  from hypernet import summaries, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries, loop  # pylint: disable=g-import-not-at-top
   steps = steps or DEFAULT_STEPS[preset]
   rows = []
   for name, config_name, overrides in PRESETS[preset]:
@@ -117,7 +117,7 @@ def run_sweep(out: str, preset: str = "full", steps: int = None,
       if os.path.exists(final) and json.load(open(final)).get("step") == steps:
         result = json.load(open(final))  # Finished before: reuse.
       else:
-        result = train_lib.train_and_evaluate(config, workdir)
+        result = loop.train_and_evaluate(config, workdir)
       print(f"{name} seed {seed}: test accuracy {100 * result['accuracy']:.2f}%  "
             f"trainable {result['params/trainable']:,}  ({time.time() - t:.0f} s)", flush=True)
       results.append(result)
@@ -207,7 +207,7 @@ def main(argv):
   if matplotlib_missing():  # Before any training: the plots come last.
     sys.exit("digits_sweep: error: the plots need matplotlib, which is not installed: "
              "pip install -e \".[plots]\"")
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   cli.quiet_startup(sys.argv)  # TensorFlow's start-up and info lines off.
   logging.set_verbosity(logging.WARNING)
   f = flags.FLAGS
@@ -219,6 +219,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from hypernet import cli  # pylint: disable=g-import-not-at-top
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
   _define_flags()
   app.run(main, flags_parser=cli.parse_flags)

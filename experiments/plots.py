@@ -115,7 +115,7 @@ def run_curves(workdir: str, path: str, title: str, train_tags: Sequence[str] = 
     eval_tags: ``eval/`` scalars on the right (default: all but the ``_ci95`` bands).
     log_scale: log y axes (losses); ``False`` for accuracies.
   """
-  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   train = summaries.read_scalars(f"{workdir}/train")
   evals = summaries.read_scalars(f"{workdir}/eval")
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)

@@ -7,7 +7,7 @@ Rebuilds the run from ``workdir/config.json``, restores the latest (or the named
 checkpoint, runs the task's evaluation (classification and few-shot tasks alike: the
 same ``Trainer.evaluate`` as the train loop), prints the metrics as JSON and writes them
 to ``workdir/eval_step<N>.json``. ``--export`` also writes the target network with its
-produced weights as a plain ``.keras`` model (:mod:`hypernet.export`) that takes the
+produced weights as a plain ``.keras`` model (:mod:`hypernet.training.export`) that takes the
 stored pixels (it scales them as training did) and outputs logits, or probabilities with
 ``--export_softmax``.
 """
@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Union
 from absl import app
 from absl import flags
 
-from hypernet import cli
+from hypernet.training import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (holds config.json and "
                                "checkpoints/).", required=True)
@@ -47,7 +47,7 @@ def load_config(workdir: str):
     ConfigError: the file does not fit this version's config schema.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "config.json")
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"{path} does not exist: --workdir must be a folder written by "
@@ -83,7 +83,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
       source does not have (checked before any work).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet import checkpoints, export, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import checkpoints, export, loop  # pylint: disable=g-import-not-at-top
   if export_path:
     export.check_export_path(export_path)
   config = load_config(workdir)
@@ -93,7 +93,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     config.data.data_dir = data_dir
   path = checkpoints.resolve_checkpoint(workdir, checkpoint)
   try:
-    trainer = train_lib.Trainer(config, workdir)
+    trainer = loop.Trainer(config, workdir)
   except FileNotFoundError as e:
     if data_dir is not None:
       raise

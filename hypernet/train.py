@@ -18,7 +18,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from hypernet import cli
+from hypernet.training import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, TensorBoard "
                                "events and final metrics.", required=True)
@@ -35,11 +35,11 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   # TensorFlow is imported only now, after the flags parsed (a flag error is immediate).
   cli.configure_logging(cli.quiet_startup(sys.argv))
-  from hypernet import train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
 
   def run():
     cli.check_workdir_is_folder(_WORKDIR.value)
-    result = train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    result = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     print(cli.closing_summary(result, _WORKDIR.value), flush=True)
 
   cli.run_main(run, _TRACEBACK.value)

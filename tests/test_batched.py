@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional
+from hypernet.core import functional
 from hypernet.hypernetworks import batched
 from hypernet.hypernetworks.batched import batched_functional_call
 
@@ -162,7 +162,7 @@ def test_float64_batched_call_uses_differentiable_conv():
 
 
 def test_mobilenet_v2_batched_equals_loop():
-  from hypernet import models  # pylint: disable=g-import-not-at-top
+  from hypernet.training import models  # pylint: disable=g-import-not-at-top
   model = models.make_mobilenet_v2((32, 32, 3), 4, alpha=0.35)
   patterns = "Conv1/kernel,block_1_depthwise/kernel,block_1_project/kernel,head/*"
   w = random_weights(model, patterns, num_sets=2)

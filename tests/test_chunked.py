@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, models
+from hypernet.core import functional
+from hypernet.training import models
 from hypernet.hypernetworks import init as hinit
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 

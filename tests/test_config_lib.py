@@ -9,7 +9,7 @@ import ml_collections
 from ml_collections import config_flags
 import pytest
 
-from hypernet import config_lib, train_lib
+from hypernet.training import config_lib, loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -28,7 +28,7 @@ def test_every_config_file_validates(path):
 def _fails_before_training(config, tmp_path, match):
   workdir = tmp_path / "run"
   with pytest.raises(config_lib.ConfigError, match=match):
-    train_lib.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(config, str(workdir))
   assert not workdir.exists()  # Nothing built, nothing written.
 
 
@@ -150,13 +150,13 @@ def test_config_round_trips_through_the_workdir_json():
 
 
 def test_choices_agree_with_the_modules_that_use_them():
-  from hypernet import distribute, sources
+  from hypernet.training import distribute, sources
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
   assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
-  from hypernet import continual_tasks
+  from hypernet.training import continual_tasks
   assert config_lib.CHOICES["continual.method"] == continual_tasks.METHODS
   assert config_lib.CHOICES["continual.benchmark"] == continual_tasks.BENCHMARKS
 
@@ -164,11 +164,11 @@ def test_choices_agree_with_the_modules_that_use_them():
 @pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),
                                          ("distribution", "mirored"), ("meta.learner", "mam")])
 def test_unknown_choice_fails_before_any_work_naming_the_field(tmp_path, field, value):
-  from hypernet import train_lib
+  from hypernet.training import loop
   c = config_lib.base_config()
   c.update_from_flattened_dict({field: value})
   with pytest.raises(config_lib.ConfigError, match=rf"config\.{field}='{value}' is not one of"):
-    train_lib.train_and_evaluate(c, str(tmp_path / "w"))
+    loop.train_and_evaluate(c, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
 
 
@@ -313,21 +313,21 @@ def test_a_failure_while_building_leaves_no_folder_it_created(data_dir, tmp_path
   c = _omniglot_config(data_dir, **{"data.num_test_characters": 5000})
   workdir = tmp_path / "a" / "b" / "run"
   with pytest.raises(config_lib.ConfigError, match="num_test_characters=5000"):
-    train_lib.train_and_evaluate(c, str(workdir))
+    loop.train_and_evaluate(c, str(workdir))
   assert not (tmp_path / "a").exists() and tmp_path.exists()
   def fail(*args, **kwargs):
     raise ValueError("some other error while building")
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(train_lib.Trainer, "__init__", fail)
+    mp.setattr(loop.Trainer, "__init__", fail)
     with pytest.raises(ValueError, match="some other error"):
-      train_lib.train_and_evaluate(digits_hyper.get_config(), str(workdir))
+      loop.train_and_evaluate(digits_hyper.get_config(), str(workdir))
   assert not (tmp_path / "a").exists()
   (tmp_path / "mine").mkdir()  # A folder that existed before the run is kept.
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(train_lib.Trainer, "__init__", fail)
+    mp.setattr(loop.Trainer, "__init__", fail)
     with pytest.raises(ValueError, match="some other error"):
-      train_lib.train_and_evaluate(digits_hyper.get_config(), str(tmp_path / "mine"))
+      loop.train_and_evaluate(digits_hyper.get_config(), str(tmp_path / "mine"))
   assert (tmp_path / "mine").is_dir()
 
 
@@ -336,7 +336,7 @@ def test_an_existing_workdir_is_kept_on_a_config_error(data_dir, tmp_path):
   workdir.mkdir()
   (workdir / "notes.txt").write_text("mine")
   with pytest.raises(config_lib.ConfigError, match=r"num_ways=5000"):
-    train_lib.train_and_evaluate(_omniglot_config(data_dir, **{"meta.num_ways": 5000}),
+    loop.train_and_evaluate(_omniglot_config(data_dir, **{"meta.num_ways": 5000}),
                                  str(workdir))
   assert sorted(os.listdir(workdir)) == ["lock", "notes.txt"]
 

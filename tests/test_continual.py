@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import cl_regularizers, continual_tasks, train_lib
+from hypernet.continual import regularizers
+from hypernet.training import continual_tasks, loop
 from hypernet.data import continual as cl_data
 from hypernet.data.digits import load_digits
 
@@ -25,7 +26,7 @@ def test_output_regularizer_toy_values():
   e0 = tf.constant([[1.0], [0.0]], tf.float64)
   with tf.GradientTape() as tape:
     generated = tf.transpose(a @ e0)                  # [S=1, P=1]
-    penalty = cl_regularizers.output_regularizer(
+    penalty = regularizers.output_regularizer(
         generated, tf.constant([[1.5]], tf.float64), beta=0.1)
   assert float(penalty) == pytest.approx(0.025, abs=1e-15)
   np.testing.assert_allclose(tape.gradient(penalty, a).numpy(), [[-0.1, 0.0]], atol=1e-15)
@@ -34,7 +35,7 @@ def test_output_regularizer_toy_values():
 def test_ewc_penalty_and_fisher_values():
   theta = tf.Variable([1.0, 3.0])
   with tf.GradientTape() as tape:
-    pen = cl_regularizers.ewc_penalty([theta], [tf.constant([0.0, 1.0])],
+    pen = regularizers.ewc_penalty([theta], [tf.constant([0.0, 1.0])],
                                       [tf.constant([2.0, 0.5])], strength=4.0)
   # 4/2 * (2 * 1 + 0.5 * 4) = 8;  d/dtheta = 4 * F * (theta - anchor) = [8, 4].
   assert float(pen) == pytest.approx(8.0)
@@ -42,7 +43,7 @@ def test_ewc_penalty_and_fisher_values():
   # log p(y|x) = -(x w - y)^2: gradient -2 x (x w - y); at w = 1, x = [1, 2], y = [0, 0]:
   # squares 4 and 64, mean 34.
   w = tf.Variable([1.0])
-  fisher = cl_regularizers.diagonal_fisher(
+  fisher = regularizers.diagonal_fisher(
       lambda x, y: -tf.reduce_sum(tf.square(x * w - y)), [w],
       tf.constant([1.0, 2.0]), tf.constant([0.0, 0.0]))
   np.testing.assert_allclose(fisher[0].numpy(), [34.0])
@@ -98,7 +99,7 @@ def _config(method="hnet", steps=40, tasks=2, **overrides):
 
 
 def _restored(config, workdir):
-  trainer = train_lib.Trainer(config, str(workdir))
+  trainer = loop.Trainer(config, str(workdir))
   trainer.restore()
   return trainer
 
@@ -108,7 +109,7 @@ def test_output_regularizer_keeps_task_0_weights(tmp_path, beta):
   """After task 1, the weights generated for task 0 stay within 1% (relative) of those
   stored at the end of task 0 with beta = 1000, and move by more than 10% with beta = 0."""
   config = _config(**{"continual.beta": beta, "optim.lr": 3e-3})
-  result = train_lib.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path))
   task = _restored(config, tmp_path).task
   # Targets stored at the end of task 0 are kept in the checkpoint (the end of task 1
   # stores again; read task 0's row as saved at step 40 instead).
@@ -116,7 +117,7 @@ def test_output_regularizer_keeps_task_0_weights(tmp_path, beta):
   name = [n for n, _ in tf.train.list_variables(str(tmp_path / "checkpoints" / "ckpt-40"))
           if n.startswith("continual/targets/")][0]
   stored0 = reader.get_tensor(name)[0]
-  now0 = cl_regularizers.flatten_weights(task.hnet(0), task.hnet.paths).numpy()
+  now0 = regularizers.flatten_weights(task.hnet(0), task.hnet.paths).numpy()
   change = np.linalg.norm(now0 - stored0) / np.linalg.norm(stored0)
   if beta:
     assert change < 0.01, change
@@ -137,7 +138,7 @@ def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
                                          "optim.schedule": "cosine",
                                          "continual.refresh_targets": refresh,
                                          "checkpoint_every": 20, "checkpoint_keep": 4})
-  train_lib.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   trainer = _restored(config, tmp_path)
 
   def targets(step):
@@ -159,10 +160,10 @@ def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path):
   """Stopped inside task 2 (step 50 of 3 x 20), rerun to the end: same checkpoint values,
   same accuracy matrices (the stored targets of tasks 0 and 1 came back intact)."""
   full = _config(steps=20, tasks=3, **{"checkpoint_every": 10})
-  straight = train_lib.train_and_evaluate(full, str(tmp_path / "a"))
+  straight = loop.train_and_evaluate(full, str(tmp_path / "a"))
   part = _config(steps=20, tasks=3, **{"checkpoint_every": 10, "num_steps": 50})
-  train_lib.train_and_evaluate(part, str(tmp_path / "b"))
-  resumed = train_lib.train_and_evaluate(full, str(tmp_path / "b"))
+  loop.train_and_evaluate(part, str(tmp_path / "b"))
+  resumed = loop.train_and_evaluate(full, str(tmp_path / "b"))
   for key in ("cl1/matrix", "cl3/matrix"):
     np.testing.assert_allclose(resumed[key], straight[key], atol=1e-6)
   ra = tf.train.load_checkpoint(str(tmp_path / "a" / "checkpoints"))
@@ -194,14 +195,14 @@ def test_optimizer_reset_is_a_fresh_adam():
 def test_lookahead_and_subset_variants_protect_task_0(tmp_path):
   config = _config(**{"continual.beta": 1000.0, "continual.lookahead": True,
                       "continual.past_tasks_per_step": 1, "optim.lr": 3e-3})
-  result = train_lib.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path))
   matrix = np.array(result["cl1/matrix"])
   assert matrix[1, 0] >= matrix[0, 0] - 0.02, matrix     # task 0 not forgotten
 
 
 @pytest.mark.parametrize("method", ["finetune", "ewc", "independent"])
 def test_baselines_run_in_the_same_loop(tmp_path, method):
-  result = train_lib.train_and_evaluate(_config(method=method, steps=30), str(tmp_path))
+  result = loop.train_and_evaluate(_config(method=method, steps=30), str(tmp_path))
   matrix = np.array(result["cl1/matrix"])
   assert matrix.shape == (2, 2) and matrix[1, 1] > 0.9
   with open(tmp_path / "final_metrics.json") as f:
@@ -211,4 +212,4 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
 def test_bad_continual_config_names_the_field(tmp_path):
   with pytest.raises(ValueError, match=r"config\.num_steps=999 is more than config\.continual\."
                                        r"num_tasks \* steps_per_task = 2 \* 40 = 80"):
-    train_lib.train_and_evaluate(_config(**{"num_steps": 999}), str(tmp_path))
+    loop.train_and_evaluate(_config(**{"num_steps": 999}), str(tmp_path))

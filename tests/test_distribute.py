@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import config_lib, distribute, functional, train_lib
+from hypernet.training import config_lib, distribute, loop
+from hypernet.core import functional
 from hypernet.data import sinusoid
 
-# -- small tasks with analytic answers (the task interface of hypernet.tasks) -----------
+# -- small tasks with analytic answers (the task interface of hypernet.training.tasks) -----------
 
 
 def _layout(global_batch_size, ctx):
@@ -148,7 +149,7 @@ def _override(config, overrides):
 
 
 def _trainer(config, tmp_path, task_fn, name="run"):
-  return train_lib.Trainer(config, str(tmp_path / name), build_task=lambda _: task_fn())
+  return loop.Trainer(config, str(tmp_path / name), build_task=lambda _: task_fn())
 
 
 def _values(trainer, var):
@@ -311,7 +312,7 @@ def _hyper_config(distribution, **kw):
 
 
 def _train_and_read(config, tmp_path, name, steps=1):
-  trainer = train_lib.Trainer(config, str(tmp_path / name))
+  trainer = loop.Trainer(config, str(tmp_path / name))
   initial = {v.path: v.numpy() for v in trainer.variables}
   metrics, first_bad = trainer.train_chunk(trainer.train_iterator(0), steps)
   assert first_bad == -1
@@ -369,7 +370,7 @@ def test_batchnorm_statistics_are_all_reduced(tmp_path):
   # device; the moving mean is linear in the batch mean and must equal one device's, and
   # both replicas must hold the same statistics.
   def stats(distribution):
-    trainer = train_lib.Trainer(_hyper_config(distribution, model__batch_norm=True),
+    trainer = loop.Trainer(_hyper_config(distribution, model__batch_norm=True),
                                 str(tmp_path / distribution))
     trainer.train_chunk(trainer.train_iterator(0), 1)
     target = trainer.task.target
@@ -416,7 +417,7 @@ def test_dropout_masks_differ_across_replicas_and_seed_state_agrees():
 def test_mixed_precision_hypernetwork_step(tmp_path, one_device_hyper_step, policy):
   ref_metrics, ref, _ = one_device_hyper_step
   config = _hyper_config("mirrored", dtype_policy=policy)
-  trainer = train_lib.Trainer(config, str(tmp_path / policy))
+  trainer = loop.Trainer(config, str(tmp_path / policy))
   assert keras.config.dtype_policy().name == "float32"   # Restored after building.
   assert trainer.loss_scaling is (policy == "mixed_float16")
   generated = trainer.task.source.weights()

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import config_lib, evaluate, export, functional, summaries, tasks, train_lib
+from hypernet.training import config_lib, export, summaries, tasks, loop
+from hypernet import evaluate
+from hypernet.core import functional
 from hypernet.data.digits import load_digits
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +37,7 @@ def _config(module=digits_hyper):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("evaluate")
-  result = train_lib.train_and_evaluate(_config(), str(workdir))
+  result = loop.train_and_evaluate(_config(), str(workdir))
   return workdir, result
 
 
@@ -82,7 +84,7 @@ def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tm
   assert accuracy == pytest.approx(printed["accuracy"], abs=1e-12)
   # The same logits as the target running on the hypernetwork's output, on the pipeline's
   # input (pixels / 16).
-  trainer = train_lib.Trainer(_config(), str(workdir))
+  trainer = loop.Trainer(_config(), str(workdir))
   trainer.restore()
   x = raw * np.float32(data.pixel_scale)
   expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(),
@@ -171,7 +173,7 @@ def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialis
   c.meta.num_queries, c.meta.eval_queries, c.meta.eval_episodes = 2, 2, 12
   c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 6, 3, 3, 3
   c.summaries.every = 3
-  result = train_lib.train_and_evaluate(c, str(tmp_path))
+  result = loop.train_and_evaluate(c, str(tmp_path))
   assert {"accuracy", "accuracy_before", "accuracy_ci95", "loss"} <= set(result)
   evaluated = evaluate.evaluate(str(tmp_path), export_path=str(tmp_path / "init.keras"))
   for k in ("accuracy", "accuracy_before", "accuracy_ci95", "loss", "loss_before"):
@@ -179,7 +181,7 @@ def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialis
   at_3 = evaluate.evaluate(str(tmp_path), checkpoint=3, output="")
   logged = dict(summaries.read_scalars(str(tmp_path / "eval"))["accuracy"])
   assert at_3["accuracy"] == pytest.approx(logged[3], abs=1e-6)
-  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer = loop.Trainer(c, str(tmp_path))
   trainer.restore()
   x = tf.random.stateless_uniform((7, 8, 8, 1), seed=[1, 2])
   expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(), x)

@@ -12,7 +12,7 @@ from PIL import Image
 import pytest
 
 from experiments import digits_sweep
-from hypernet import config_lib
+from hypernet.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,7 +88,7 @@ def test_hyper_c128_starts_at_a_chance_level_loss():
   repeated in every chunk. Centred at init, each raw output position has mean 0 over the
   chunks and the loss starts near chance (ln 10 = 2.3; measured 3.6, 2.6, 2.4)."""
   import keras  # pylint: disable=g-import-not-at-top
-  from hypernet import tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.training import tasks  # pylint: disable=g-import-not-at-top
   name, config_name, overrides = digits_sweep.PRESETS["full"][4]
   assert name == "hyper_c128"
   for seed in (0, 1, 2):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import checkpoints, train_lib
+from hypernet.training import checkpoints, loop
 from hypernet import data as data_lib
 from hypernet.data import pipeline
 
@@ -112,7 +112,7 @@ def test_sigterm_saves_resume_is_bitwise_and_lock_refuses_second_job(tmp_path):
   job = _Job(tmp_path / "run", *flags)
   job.wait_for(r"step 20/600")
   with pytest.raises(checkpoints.WorkdirInUseError, match=rf"in use .*pid {job.proc.pid}\b"):
-    train_lib.train_and_evaluate(_config(num_steps=600), str(tmp_path / "run"))
+    loop.train_and_evaluate(_config(num_steps=600), str(tmp_path / "run"))
   job.proc.send_signal(signal.SIGTERM)
   assert job.wait() == -signal.SIGTERM, job.log[-3000:]
   stopped = int(job.wait_for(r"Stopped by SIGTERM at step (\d+)").group(1))
@@ -137,7 +137,7 @@ def test_kill_9_at_any_moment_leaves_a_restorable_checkpoint(tmp_path):
   flags = ["--config.num_steps=100000", "--config.checkpoint_every=1", "--config.log_every=1",
            "--config.checkpoint_keep=2"]
   config = _config(num_steps=100000, **{"optim.schedule": "cosine"})
-  trainer = train_lib.Trainer(config, str(tmp_path / "probe"))
+  trainer = loop.Trainer(config, str(tmp_path / "probe"))
   rng = random.Random(0)
   saved = []
   for _ in range(2):
@@ -157,7 +157,7 @@ def test_kill_9_at_any_moment_leaves_a_restorable_checkpoint(tmp_path):
   assert saved[1] > saved[0] > 0
   # The lock died with the process: the next job is not refused, and continues.
   config.num_steps = saved[1] + 5
-  assert train_lib.train_and_evaluate(config, str(tmp_path))["step"] == saved[1] + 5
+  assert loop.train_and_evaluate(config, str(tmp_path))["step"] == saved[1] + 5
 
 
 def _poisoned_digits(monkeypatch, image=0):
@@ -188,8 +188,8 @@ def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp
   config = _config(num_steps=60, checkpoint_every=5)
   bad = _bad_steps(load(config.data), config, 60)
   assert bad, "image 0 must be drawn within 60 steps"
-  with pytest.raises(train_lib.NonFiniteLossError) as info:
-    train_lib.train_and_evaluate(config, str(tmp_path))
+  with pytest.raises(loop.NonFiniteLossError) as info:
+    loop.train_and_evaluate(config, str(tmp_path))
   message = str(info.value)
   assert f"at step {bad[0]};" in message
   assert "first non-finite tensor is input batch['image'] (1 of 4096 values non-finite: " \
@@ -204,14 +204,14 @@ def test_nan_input_stops_naming_step_and_tensor_keeping_last_good_checkpoint(tmp
 
 
 def test_huge_learning_rate_names_the_first_overflowing_tensor(tmp_path):
-  train_lib.train_and_evaluate(_config(num_steps=20), str(tmp_path))
-  with pytest.raises(train_lib.NonFiniteLossError,
+  loop.train_and_evaluate(_config(num_steps=20), str(tmp_path))
+  with pytest.raises(loop.NonFiniteLossError,
                      match=r"at step \d+; the first non-finite tensor is (generated weight "
                            r"\w+/\w+|parameter \S+|loss|gradient of \S+) \(\d+ of \d+ values"):
-    train_lib.train_and_evaluate(_config(num_steps=60, **{"optim.lr": 1e30}), str(tmp_path))
+    loop.train_and_evaluate(_config(num_steps=60, **{"optim.lr": 1e30}), str(tmp_path))
 
 
-_MIRRORED_OK = hasattr(train_lib.Trainer, "current_step")  # Mirrored restore (distribute).
+_MIRRORED_OK = hasattr(loop.Trainer, "current_step")  # Mirrored restore (distribute).
 
 
 @pytest.mark.parametrize("distribution", [
@@ -227,11 +227,11 @@ def test_skip_mode_skips_exactly_the_bad_steps(tmp_path, monkeypatch, distributi
   total = bad[1] + 3
   config = _config(num_steps=total, distribution=distribution, checkpoint_keep=10,
                    **{"fault.nonfinite": "skip", "fault.max_skips": 2})
-  result = train_lib.train_and_evaluate(config, str(tmp_path / "skip"))
+  result = loop.train_and_evaluate(config, str(tmp_path / "skip"))
   assert result["skipped_steps"] == bad and result["step"] == total
   assert np.isfinite(result["loss"]) and result["accuracy"] > 0.1
   # ckpt-<s> is saved right after skipping s: the parameters of a clean run of s - 1 steps.
-  train_lib.train_and_evaluate(_config(num_steps=bad[0] - 1, distribution=distribution),
+  loop.train_and_evaluate(_config(num_steps=bad[0] - 1, distribution=distribution),
                                str(tmp_path / "clean"))
   skipped = _parameters(_checkpoint_values(str(tmp_path / "skip" / "checkpoints" /
                                                f"ckpt-{bad[0]}")))
@@ -241,16 +241,16 @@ def test_skip_mode_skips_exactly_the_bad_steps(tmp_path, monkeypatch, distributi
     np.testing.assert_array_equal(skipped[k], clean[k], err_msg=k)
   # One skip allowed: the second bad step stops the run and says so.
   config.fault.max_skips = 1
-  with pytest.raises(train_lib.NonFiniteLossError,
+  with pytest.raises(loop.NonFiniteLossError,
                      match=rf"at step {bad[1]} after skipping 1 steps \[{bad[0]}\]"):
-    train_lib.train_and_evaluate(config, str(tmp_path / "one_skip"))
+    loop.train_and_evaluate(config, str(tmp_path / "one_skip"))
 
 
 def test_same_seed_same_run_and_summaries_do_not_change_training(tmp_path):
-  a = train_lib.train_and_evaluate(_config(num_steps=40, **{"summaries.every": 10}),
+  a = loop.train_and_evaluate(_config(num_steps=40, **{"summaries.every": 10}),
                                    str(tmp_path / "a"))
-  b = train_lib.train_and_evaluate(_config(num_steps=40), str(tmp_path / "b"))
-  c = train_lib.train_and_evaluate(_config(num_steps=40, seed=1), str(tmp_path / "c"))
+  b = loop.train_and_evaluate(_config(num_steps=40), str(tmp_path / "b"))
+  c = loop.train_and_evaluate(_config(num_steps=40, seed=1), str(tmp_path / "c"))
   assert (a["loss"], a["accuracy"]) == (b["loss"], b["accuracy"])
   va, vb, vc = (_checkpoint_values(tmp_path / n) for n in "abc")
   for k in va:
@@ -262,7 +262,7 @@ def test_same_seed_same_run_and_summaries_do_not_change_training(tmp_path):
 def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
   """The catcher turns SIGINT into checkpoint-then-KeyboardInterrupt, here without a
   subprocess: the signal is sent by the first summary of the run itself."""
-  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   original = summaries.ModelSummaries.write
 
   def write_and_interrupt(self, writer, step):
@@ -278,13 +278,13 @@ def test_sigint_in_process_saves_then_raises_keyboard_interrupt(tmp_path):
     with pytest.MonkeyPatch.context() as mp:
       mp.setattr(summaries.ModelSummaries, "write", write_and_interrupt)
       with pytest.raises(KeyboardInterrupt):
-        train_lib.train_and_evaluate(config, str(tmp_path))
+        loop.train_and_evaluate(config, str(tmp_path))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
   finally:
     signal.signal(signal.SIGINT, previous)
   # Stopped right after step 10 (not a checkpoint step) and saved it.
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-10")
-  result = train_lib.train_and_evaluate(config, str(tmp_path))  # The lock was released.
+  result = loop.train_and_evaluate(config, str(tmp_path))  # The lock was released.
   assert result["step"] == 60
 
 

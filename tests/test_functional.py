@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional
+from hypernet.core import functional
 
 
 def _dense_1x1():

@@ -1,11 +1,12 @@
-"""Tests for hypernet.fused_norm: training-mode BatchNorm on the fused kernel inside
+"""Tests for hypernet.numerics.fused_norm: training-mode BatchNorm on the fused kernel inside
 functional calls, against Keras' own code and float64 exact derivatives."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, fused_norm
+from hypernet.core import functional
+from hypernet.numerics import fused_norm
 
 
 def _ops(fn, *args):

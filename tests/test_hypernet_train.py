@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from hypernet import functional, train_lib
+from hypernet.core import functional
+from hypernet.training import loop
 
 
 def load_config(name):
@@ -22,7 +23,7 @@ def test_digits_hyper_default_config_reaches_97_percent(tmp_path):
   keeps its accuracy (seeds 0-2 gave 97.8/98.6/97.2%)."""
   config = load_config("digits_hyper")
   config.log_every = 1000
-  result = train_lib.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path))
   assert result["accuracy"] >= 0.97
   saved = json.loads((tmp_path / "final_metrics.json").read_text())
   assert saved["params/source"] == 16974 and saved["params/generated"] == 35914
@@ -38,7 +39,7 @@ def test_each_kind_trains_on_digits(tmp_path, name, steps, min_accuracy):
   config = load_config(name)
   config.num_steps = steps
   config.log_every = config.eval_every = config.checkpoint_every = steps
-  result = train_lib.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path))
   assert result["accuracy"] >= min_accuracy, result
   assert result["params/source"] > 0 and result["params/generated"] > 0
   assert result["params/compression_ratio"] == pytest.approx(
@@ -52,7 +53,7 @@ def test_batchnorm_target_state_applied_by_train_loop(tmp_path):
   config.model.batch_norm = True
   config.hypernet.targets = "conv*/*,bn*/*,dense*/*,head/*"   # gamma/beta generated too
   config.num_steps = config.log_every = config.eval_every = config.checkpoint_every = 50
-  trainer = train_lib.Trainer(config, str(tmp_path))
+  trainer = loop.Trainer(config, str(tmp_path))
   assert "bn1/gamma" in trainer.task.source.generated_paths
   trainer.train_chunk(trainer.train_iterator(0), 50)
   mean = functional.variable_paths(trainer.task.target)["bn1/moving_mean"].numpy()

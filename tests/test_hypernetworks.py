@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO_ROOT
-from hypernet import functional, models, ops, sources
+from hypernet.core import functional, ops
+from hypernet.training import models, sources
 from hypernet.hypernetworks import base, init as hinit
 from hypernet.hypernetworks.batched import batched_functional_call
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork

@@ -5,7 +5,7 @@ import pytest
 import keras
 import tensorflow as tf
 
-from hypernet import functional
+from hypernet.core import functional
 from hypernet.meta import anil, conv4, inner_loop, losses, meta_batch
 
 

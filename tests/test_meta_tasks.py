@@ -1,4 +1,4 @@
-"""The meta-learning task (hypernet/meta_tasks.py) in the one train loop, and its configs.
+"""The meta-learning task (hypernet/training/meta_tasks.py) in the one train loop, and its configs.
 
 Exact checks: the Trainer's meta-steps equal hand-written meta-gradient steps (MAML on
 few-shot digits episodes, hypernetwork-initialised MAML on sinusoids), 1 and 2 replicas
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import config_lib, meta_tasks, objectives, tasks, train_lib
+from hypernet.training import config_lib, meta_tasks, objectives, tasks, loop
 from hypernet.meta import meta_batch
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -106,7 +106,7 @@ def test_two_replica_slices_make_up_the_one_replica_meta_batch():
 # -- the task in the Trainer -----------------------------------------------------------
 def test_few_shot_maml_trainer_steps_equal_manual_meta_gradient_steps(tmp_path):
   c = _digits_config()
-  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer = loop.Trainer(c, str(tmp_path))
   assert isinstance(trainer.task, meta_tasks.MetaLearningTask)
   init = _values(trainer)
   metrics, bad = trainer.train_chunk(trainer.train_iterator(0), 2)
@@ -142,7 +142,7 @@ def test_hypernetwork_initialised_maml_step_reaches_the_hypernetwork(tmp_path):
   c.hypernet.kind, c.hypernet.targets = "chunked", "dense*/kernel,head/kernel"
   c.hypernet.chunk_size, c.hypernet.hidden = 32, (8,)
   c.meta.train_before_metrics = True
-  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer = loop.Trainer(c, str(tmp_path))
   task = trainer.task
   hnet = task.source.hypernetwork.trainable_variables
   assert len(hnet) >= 2 and all(any(v is h for v in trainer.variables) for h in hnet)
@@ -164,15 +164,15 @@ def test_hypernetwork_initialised_maml_step_reaches_the_hypernetwork(tmp_path):
 
 def test_meta_sgd_sinusoid_resumes_to_the_uninterrupted_run_and_logs_inner_rates(tmp_path):
   c = _sinusoid_config("metasgd")
-  full = train_lib.train_and_evaluate(c, str(tmp_path / "full"))
+  full = loop.train_and_evaluate(c, str(tmp_path / "full"))
   half = _sinusoid_config("metasgd")
   half.num_steps = 2
-  train_lib.train_and_evaluate(half, str(tmp_path / "resumed"))
-  resumed = train_lib.train_and_evaluate(c, str(tmp_path / "resumed"))
+  loop.train_and_evaluate(half, str(tmp_path / "resumed"))
+  resumed = loop.train_and_evaluate(c, str(tmp_path / "resumed"))
   assert resumed["step"] == full["step"] == 4
   for k in ("loss", "loss_before", "loss_ci95"):
     assert resumed[k] == pytest.approx(full[k], rel=1e-6), k
-  trainer = train_lib.Trainer(c, str(tmp_path / "resumed"))
+  trainer = loop.Trainer(c, str(tmp_path / "resumed"))
   assert trainer.restore() == 4
   names = trainer.task.metric_names
   assert "inner_lr/dense1/kernel" in names and "inner_lr/head/bias" in names
@@ -192,7 +192,7 @@ def test_one_and_two_replicas_take_the_same_meta_step(tmp_path):
   for dist in ("one_device", "mirrored"):
     c = _sinusoid_config("maml")
     c.distribution, c.eval_batch_size = dist, 6
-    trainer = train_lib.Trainer(c, str(tmp_path / dist))
+    trainer = loop.Trainer(c, str(tmp_path / dist))
     metrics, _ = trainer.train_chunk(trainer.train_iterator(0), 2)
     out.append((metrics, _values(trainer), trainer.evaluate()))
   for a, b in zip(out[0][1], out[1][1]):
@@ -209,7 +209,7 @@ def test_one_shot_runs_in_the_eval_graph_match_the_reference_scorer(data_dir, tm
   c.model.conv_widths = (8, 8, 8, 8)
   c.meta.eval_episodes, c.eval_batch_size = 3, 4  # 3 episodes + 20 runs + 1 padding
   c.meta.eval_inner_steps = 2
-  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer = loop.Trainer(c, str(tmp_path))
   task = trainer.task
   assert len(task.runs) == 20 and task.num_train_classes == 4 * 192
   assert task.num_test_classes == 4 * 50
@@ -262,11 +262,11 @@ def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
   """``loss_steps_k`` is the evaluation with ``eval_inner_steps = k`` on the same tasks."""
   c = _sinusoid_config(learner="maml")
   c.meta.eval_inner_steps, c.meta.eval_steps_sweep = 1, (1, 3)
-  swept = train_lib.Trainer(c, str(tmp_path / "a")).evaluate()
+  swept = loop.Trainer(c, str(tmp_path / "a")).evaluate()
   assert swept["loss_steps_1"] == pytest.approx(swept["loss"], rel=1e-6)
   assert swept["loss_steps_1_ci95"] == pytest.approx(swept["loss_ci95"], rel=1e-6)
   c.meta.eval_inner_steps, c.meta.eval_steps_sweep = 3, ()
-  three = train_lib.Trainer(c, str(tmp_path / "b")).evaluate()
+  three = loop.Trainer(c, str(tmp_path / "b")).evaluate()
   assert swept["loss_steps_3"] == pytest.approx(three["loss"], rel=1e-5)
   assert swept["loss_steps_3"] < swept["loss_steps_1"]  # more steps fit the support set
   c.meta.eval_steps_sweep = (0,)

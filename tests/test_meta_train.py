@@ -1,6 +1,6 @@
-"""The inner-loop learners plug into the one train loop (hypernet.train_lib.Trainer).
+"""The inner-loop learners plug into the one train loop (hypernet.training.loop.Trainer).
 
-``LearnerTask`` below is the small adapter a meta-learning task in ``hypernet/tasks.py``
+``LearnerTask`` below is the small adapter a meta-learning task in ``hypernet/training/tasks.py``
 needs (the task interface of that module): the learner's ``meta_batch_loss`` gives the
 per-task query losses, scaled by the *global* meta-batch size so that a meta-batch split
 across replicas gives the single-device step.
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import config_lib, functional, train_lib
+from hypernet.training import config_lib, loop
+from hypernet.core import functional
 from hypernet.data import sinusoid
 from hypernet.meta import inner_loop, meta_batch
 
@@ -80,7 +81,7 @@ def _config(distribution):
 
 
 def _run(distribution, tmp_path):
-  trainer = train_lib.Trainer(_config(distribution), str(tmp_path / distribution),
+  trainer = loop.Trainer(_config(distribution), str(tmp_path / distribution),
                               build_task=lambda _: LearnerTask())
   metrics, first_bad = trainer.train_chunk(trainer.train_iterator(0), 2)
   assert first_bad == -1
@@ -111,7 +112,7 @@ def test_trainer_runs_meta_sgd_as_a_manual_meta_step(tmp_path):
   # The learned learning rates are checkpointed with the target.
   trainer.step.assign(2)
   trainer.manager.save(checkpoint_number=2)
-  restored = train_lib.Trainer(_config("one_device"), str(tmp_path / "one_device"),
+  restored = loop.Trainer(_config("one_device"), str(tmp_path / "one_device"),
                                build_task=lambda _: LearnerTask())
   assert restored.restore() == 2
   for alpha, value in zip(restored.task.learner.trainable_variables, values[4:]):

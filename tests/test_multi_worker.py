@@ -21,18 +21,18 @@ TIMEOUT_S = 240   # Both workers, start-up included; they are killed if it passe
 WORKER = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from hypernet import train_lib
+    from hypernet.training import loop
     from configs import digits_hyper
 
     workdir, out = sys.argv[1], sys.argv[2]
     trainers = []
 
-    class RecordingTrainer(train_lib.Trainer):
+    class RecordingTrainer(loop.Trainer):
       def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         trainers.append(self)
 
-    train_lib.Trainer = RecordingTrainer
+    loop.Trainer = RecordingTrainer
     c = digits_hyper.get_config()
     c.distribution = "multi_worker"
     c.jit_compile = "false"
@@ -46,7 +46,7 @@ WORKER = textwrap.dedent("""
     c.model.batch_norm = True
     c.hypernet.chunk_size = 256
     c.hypernet.hidden = (16,)
-    metrics = train_lib.train_and_evaluate(c, workdir)
+    metrics = loop.train_and_evaluate(c, workdir)
     t = trainers[0]
     variables = t.variables + t.task.target.non_trainable_variables
     np.savez(out, **{v.path: np.asarray(v.numpy()) for v in variables})

@@ -1,4 +1,4 @@
-"""The fused BatchNorm -> ReLU -> 2x2 max-pool CPU kernel (hypernet/norm_relu_pool.py).
+"""The fused BatchNorm -> ReLU -> 2x2 max-pool CPU kernel (hypernet/numerics/norm_relu_pool.py).
 
 Checks: float64 values, first and second derivatives against the same block written
 with TensorFlow ops (nested tapes), ties, the conv bias passed as ``shift``, a
@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, norm_relu_pool, plain_bias, train_lib
+from hypernet.core import functional
+from hypernet.numerics import norm_relu_pool, plain_bias
+from hypernet.training import loop
 from hypernet.meta import conv4, inner_loop, meta_batch
 
 from test_meta_batch import synthetic_fewshot_batch
@@ -434,7 +436,8 @@ def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
       import collections, os
       os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
       import keras, numpy as np, tensorflow as tf
-      from hypernet import functional, norm_relu_pool, plain_bias
+      from hypernet.core import functional
+      from hypernet.numerics import norm_relu_pool, plain_bias
       from hypernet.meta import conv4
       assert norm_relu_pool.library() is None
       assert norm_relu_pool.load_error() and "/bin/false" in norm_relu_pool.load_error()
@@ -475,15 +478,15 @@ def test_trainer_fused_blocks_switch_and_same_step(tmp_path, monkeypatch):
   monkeypatch.setattr(norm_relu_pool, "norm_relu_pool",
                       lambda *a, **k: calls.append(1) or original(*a, **k))
   c = _digits_config()
-  trainer = train_lib.Trainer(c, str(tmp_path / "on"))
+  trainer = loop.Trainer(c, str(tmp_path / "on"))
   assert trainer.fused_blocks is True
   c_off = _digits_config()
   c_off.meta.fused_blocks = False
-  off = train_lib.Trainer(c_off, str(tmp_path / "off"))
+  off = loop.Trainer(c_off, str(tmp_path / "off"))
   assert off.fused_blocks is False
   c_jit = _digits_config()
   c_jit.jit_compile = "true"
-  assert train_lib.Trainer(c_jit, str(tmp_path / "jit")).fused_blocks is False
+  assert loop.Trainer(c_jit, str(tmp_path / "jit")).fused_blocks is False
   # One step each from the same weights: same loss, gradient norm and updated weights.
   for a, b in zip(off.variables, trainer.variables):
     a.assign(b)

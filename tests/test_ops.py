@@ -1,4 +1,4 @@
-"""Tests for hypernet.ops: straight-through overrides, layer output overrides, quantisers."""
+"""Tests for hypernet.core.ops: straight-through overrides, layer output overrides, quantisers."""
 import threading
 
 import keras
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, ops
+from hypernet.core import functional, ops
 
 MODES = ["eager", "function", "jit"]
 

@@ -1,4 +1,4 @@
-"""Bias additions as plain adds in the meta-learners' functional calls (hypernet/plain_bias.py).
+"""Bias additions as plain adds in the meta-learners' functional calls (hypernet/numerics/plain_bias.py).
 
 Checks: no ``BiasAdd`` in a traced call within the scope while Keras' own call and a
 plain functional call keep it; the
@@ -13,7 +13,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import functional, plain_bias, train_lib
+from hypernet.core import functional
+from hypernet.numerics import plain_bias
+from hypernet.training import loop
 
 from test_meta_tasks import _digits_config
 
@@ -149,7 +151,7 @@ def test_metasgd_on_a_batchnorm_conv4_trains_without_a_graph_cycle(tmp_path):
   options = tf.config.optimizer.get_experimental_options()
   tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
   try:
-    trainer = train_lib.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     iterator = trainer.train_iterator(0)
     types = _op_types(trainer._train_steps.get_concrete_function(  # pylint: disable=protected-access
         iterator, tf.constant(2, tf.int64)))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, tasks, train_lib
+from hypernet.core import functional
+from hypernet.training import tasks, loop
 from hypernet.hypernetworks import batched
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,13 +108,13 @@ def test_train_loss_adds_the_penalty_of_the_generated_weights():
 
 
 def test_train_loop_logs_the_penalty(tmp_path):
-  result = train_lib.train_and_evaluate(_config(), str(tmp_path))
+  result = loop.train_and_evaluate(_config(), str(tmp_path))
   assert result["regularization_loss"] > 0
 
 
 def test_meta_learning_refuses_a_penalised_target_naming_the_field(tmp_path):
   import omniglot_fomaml  # pylint: disable=g-import-not-at-top
-  from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
   c = omniglot_fomaml.get_config()
   c.model.name = "cnn"
   c.model.kernel_l2 = 0.5

@@ -2,7 +2,7 @@
 
 Each layer of Keras' zoo sits in a small float64 target (with a nonlinearity before it:
 after an affine layer a missing second-order term of a normalisation cancels and would
-hide). Through :func:`hypernet.functional.functional_call`, for a scalar ``L(w)`` of all
+hide). Through :func:`hypernet.core.functional.functional_call`, for a scalar ``L(w)`` of all
 trainable weights ``w`` and a random direction ``v``:
 
 * first order: ``g.v`` against central finite differences of ``L``;
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, second_order
+from hypernet.core import functional
+from hypernet.numerics import second_order
 from hypernet.meta import inner_loop
 
 F64 = "float64"

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from hypernet import summaries, train_lib
+from hypernet.training import summaries, loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -40,7 +40,7 @@ def _config():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("summaries") / "digits_run"  # Alone in its parent.
-  result = train_lib.train_and_evaluate(_config(), str(workdir))
+  result = loop.train_and_evaluate(_config(), str(workdir))
   return workdir, result
 
 
@@ -55,7 +55,7 @@ def _events(logdir):
 
 
 def _restored(workdir, step):
-  trainer = train_lib.Trainer(_config(), str(workdir))
+  trainer = loop.Trainer(_config(), str(workdir))
   trainer.checkpoint.restore(os.path.join(workdir, "checkpoints", f"ckpt-{step}")
                              ).assert_existing_objects_matched()
   return trainer
@@ -146,7 +146,7 @@ def test_profiler_trace_and_run_scalars_are_written(run):
 
 
 def test_hparams_are_the_fields_the_run_uses():
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   import omniglot_maml  # pylint: disable=g-import-not-at-top
   hyper = config_lib.hparams(digits_hyper.get_config())
   assert list(hyper)[:6] == ["optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size",
@@ -190,7 +190,7 @@ def test_crash_resume_writes_each_step_once(tmp_path, monkeypatch):
 
   monkeypatch.setattr(summaries.Writer, "scalars", crash_at_140)
   with pytest.raises(RuntimeError, match="killed"):
-    train_lib.train_and_evaluate(c, str(tmp_path))
+    loop.train_and_evaluate(c, str(tmp_path))
   monkeypatch.setattr(summaries.Writer, "scalars", original)
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-100")
   # Event files are named events.out.tfevents.<unix second>.<host>.<pid>.<writer count>:
@@ -198,7 +198,7 @@ def test_crash_resume_writes_each_step_once(tmp_path, monkeypatch):
   # and TensorBoard reads them in that order. A real restart is a new process in a
   # later second; so is this one.
   time.sleep(1.05 - time.time() % 1)
-  train_lib.train_and_evaluate(c, str(tmp_path))
+  loop.train_and_evaluate(c, str(tmp_path))
   raw = [e.step for f in sorted(tf.io.gfile.glob(str(tmp_path / "train" / "events*")))
          for e in tf.compat.v1.train.summary_iterator(f)
          for v in e.summary.value if v.tag == "loss"]
@@ -348,7 +348,7 @@ def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path)
     c.distribution = distribution
     c.num_steps = c.summaries.every = c.log_every = c.eval_every = c.checkpoint_every = 10
     c.summaries.profile_steps = 0
-    train_lib.train_and_evaluate(c, str(tmp_path / distribution))
+    loop.train_and_evaluate(c, str(tmp_path / distribution))
     runs[distribution] = _events(tmp_path / distribution / "train")
   grad_tags = [t for t in runs["auto"] if t.startswith(("grad_norm/", "norm/generated/"))]
   assert len(grad_tags) == 5 + 8  # 5 hypernetwork variables, 8 generated tensors
@@ -357,7 +357,7 @@ def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path)
                                err_msg=tag)
   c = _config()
   c.distribution = "mirrored"
-  trainer = train_lib.Trainer(c, str(tmp_path / "mirrored"))
+  trainer = loop.Trainer(c, str(tmp_path / "mirrored"))
   trainer.restore()
-  assert train_lib.first_nonfinite_tensor(trainer, 11).startswith(
+  assert loop.first_nonfinite_tensor(trainer, 11).startswith(
       "none: the step was finite when replayed")

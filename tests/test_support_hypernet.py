@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import config_lib, functional, train_lib
+from hypernet.training import config_lib, loop
+from hypernet.core import functional
 from hypernet.meta import support_hypernet
 from tests.test_meta import central_fd, small_bn_net
 
@@ -137,7 +138,7 @@ def test_trains_in_the_one_loop_on_digits_episodes(tmp_path):
   c.batch_size, c.eval_batch_size = 4, 20
   c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 40, 40, 0, 40
   c.optim.lr, c.optim.schedule, c.jit_compile = 3e-3, "constant", "false"
-  trainer = train_lib.Trainer(c, str(tmp_path))
+  trainer = loop.Trainer(c, str(tmp_path))
   before = trainer.evaluate()
   trainer.train_chunk(trainer.train_iterator(0), 40)
   after = trainer.evaluate()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, models, sources
+from hypernet.core import functional
+from hypernet.training import models, sources
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 from hypernet.hypernetworks.mlp import MLPHypernetwork
 

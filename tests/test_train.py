@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import train_lib
+from hypernet.training import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -48,7 +48,7 @@ def _scalar_tags(logdir):
 @pytest.mark.slow
 def test_main_job_reaches_97_percent_on_digits(tmp_path):
   """The README's main job, as configured: every conv and dense weight is generated."""
-  result = train_lib.train_and_evaluate(digits_hyper.get_config(), str(tmp_path))
+  result = loop.train_and_evaluate(digits_hyper.get_config(), str(tmp_path))
   assert result["accuracy"] >= 0.97, result
   assert result["params/generated"] == result["params/target"] > 0
   assert result["params/trainable"] == result["params/source"]  # nothing trained directly
@@ -62,10 +62,10 @@ def test_main_job_reaches_97_percent_on_digits(tmp_path):
 
 
 def test_resume_matches_uninterrupted_run(tmp_path):
-  straight = train_lib.train_and_evaluate(_small_config(), str(tmp_path / "a"))
-  first = train_lib.train_and_evaluate(_small_config(num_steps=40), str(tmp_path / "b"))
+  straight = loop.train_and_evaluate(_small_config(), str(tmp_path / "a"))
+  first = loop.train_and_evaluate(_small_config(num_steps=40), str(tmp_path / "b"))
   assert first["step"] == 40
-  resumed = train_lib.train_and_evaluate(_small_config(), str(tmp_path / "b"))
+  resumed = loop.train_and_evaluate(_small_config(), str(tmp_path / "b"))
   assert resumed["step"] == 60
   a, b = _checkpoint_values(tmp_path / "a"), _checkpoint_values(tmp_path / "b")
   assert a.keys() == b.keys() and len(a) >= 20
@@ -75,11 +75,11 @@ def test_resume_matches_uninterrupted_run(tmp_path):
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path):
-  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
   good = _checkpoint_values(tmp_path)
   bad = _small_config(num_steps=60, **{"optim.lr": 1e30})
-  with pytest.raises(train_lib.NonFiniteLossError, match=r"at step (2[1-9]|3\d|40)\b"):
-    train_lib.train_and_evaluate(bad, str(tmp_path))
+  with pytest.raises(loop.NonFiniteLossError, match=r"at step (2[1-9]|3\d|40)\b"):
+    loop.train_and_evaluate(bad, str(tmp_path))
   manager_state = tf.train.get_checkpoint_state(str(tmp_path / "checkpoints"))
   assert manager_state.model_checkpoint_path.endswith("ckpt-20")
   after = _checkpoint_values(tmp_path)
@@ -118,18 +118,18 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
 
 
 def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path):
-  from hypernet import config_lib
-  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  from hypernet.training import config_lib
+  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
   plain = _small_config(num_steps=40, **{"hypernet.kind": "none"})
   with pytest.raises(config_lib.ConfigError,
                      match=r"does not fit this config.*hypernet\.kind: 'chunked' -> 'none'"):
-    train_lib.train_and_evaluate(plain, str(tmp_path))
+    loop.train_and_evaluate(plain, str(tmp_path))
 
 
 def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
-  train_lib.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
   original = (tmp_path / "config.json").read_text()
-  result = train_lib.train_and_evaluate(_small_config(num_steps=40, **{"optim.lr": 3e-3}),
+  result = loop.train_and_evaluate(_small_config(num_steps=40, **{"optim.lr": 3e-3}),
                                         str(tmp_path))
   assert result["step"] == 40
   assert (tmp_path / "config.json").read_text() == original

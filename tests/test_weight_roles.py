@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet import functional, weight_roles
+from hypernet.core import functional, weight_roles
 from hypernet.hypernetworks import init as hinit
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 
@@ -18,7 +18,7 @@ def _roles(input_shape, layer, input_dtype="float32"):
 
 
 # (input shape, layer, {path: (kind, fan_in, fan_out)}) -- fans as documented in
-# hypernet/weight_roles.py; layers named so that no name says what they are.
+# hypernet/core/weight_roles.py; layers named so that no name says what they are.
 CASES = {
     "Dense": ((5,), L.Dense(7, name="a"), {"a/kernel": ("kernel", 5, 7), "a/bias": ("bias", 5, 7)}),
     "EinsumDense": ((5,), L.EinsumDense("ab,bcd->acd", output_shape=(2, 3), name="a"),

@@ -1,0 +1,16 @@
+"""Hypernetworks: Keras models that generate the weights of a target network.
+
+:class:`MLPHypernetwork` (one output head per target tensor), :class:`ChunkedHypernetwork`
+(one shared generator over chunk embeddings), :class:`StaticHypernetwork` (Ha et al.
+2016's tiled conv kernels), all subclasses of :class:`Hypernetwork` and each optionally
+conditional (task ids or embeddings); :func:`batched_functional_call` runs a target on
+``S`` generated weight sets in one pass.
+"""
+from hypernet.hypernetworks.base import Hypernetwork
+from hypernet.hypernetworks.batched import batched_functional_call, reduce_state
+from hypernet.hypernetworks.chunked import ChunkedHypernetwork
+from hypernet.hypernetworks.mlp import MLPHypernetwork
+from hypernet.hypernetworks.static import StaticHypernetwork
+
+__all__ = ["ChunkedHypernetwork", "Hypernetwork", "MLPHypernetwork", "StaticHypernetwork",
+           "batched_functional_call", "reduce_state"]

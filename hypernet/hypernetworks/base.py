@@ -2,7 +2,7 @@
 
 A hypernetwork is a Keras model whose call returns ``{variable path: tensor}``, the
 weights of a *target network* (shapes taken from the target itself through
-:func:`hypernet.functional.weight_spec`). Every kind (:mod:`.mlp`, :mod:`.chunked`,
+:func:`hypernet.core.functional.weight_spec`). Every kind (:mod:`.mlp`, :mod:`.chunked`,
 :mod:`.static`) may be *conditional* (von Oswald et al. 2020, "Continual learning with
 hypernetworks", ICLR, Sec. 3: one learned task embedding per task; Ha, Dai & Le 2016
 call the unconditional case a "static" hypernetwork):
@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import weight_roles
+from hypernet.core import weight_roles
 
 
 _warned_no_roles = []
@@ -49,7 +49,7 @@ class Hypernetwork(keras.Model):
 
   Args:
     target_spec: ``{path: tf.TensorSpec}`` of the target weights to generate (from
-      :func:`hypernet.functional.weight_spec`).
+      :func:`hypernet.core.functional.weight_spec`).
     num_conditions: size of the learned condition-embedding table (0: none).
     condition_dim: dimension of a condition embedding / given condition vector (0:
       unconditional; must be > 0 when ``num_conditions > 0``).

@@ -36,7 +36,7 @@ from typing import Dict, Iterator, List, Mapping, Optional
 import keras
 import tensorflow as tf
 
-from hypernet import functional, ops
+from hypernet.core import functional, ops
 
 _LOCK = threading.RLock()
 _INSTALLED: Dict[int, list] = {}  # id(layer) -> [layer, count]
@@ -320,7 +320,7 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
   *inputs_s, ...) for s in range(S)])`` (tested to 1e-5), without the loop.
 
   Args:
-    model: a built Keras 3 model (any kind, see :func:`hypernet.functional.functional_call`).
+    model: a built Keras 3 model (any kind, see :func:`hypernet.core.functional.functional_call`).
     weights: ``{path: [S, *variable shape]}``; paths not given come from the model's own
       variables and are shared by every set.
     *inputs: the model's inputs. By default each has a leading weight-set axis:
@@ -342,18 +342,18 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
 
     return_losses: also return the model's losses (weight regularizer penalties on each
       set's weights, activity regularizers, ``add_loss`` terms) as a list of ``[S]``
-      tensors, one entry per set (see :func:`hypernet.functional.functional_call`).
+      tensors, one entry per set (see :func:`hypernet.core.functional.functional_call`).
 
   Returns:
     The model's outputs with a leading ``S`` axis (``[S, B, ...]``; ``[S, ...]`` for
     ``per_example``); with ``return_state`` / ``return_losses`` a tuple
-    ``(outputs[, new_state][, losses])`` as :func:`~hypernet.functional.functional_call`.
+    ``(outputs[, new_state][, losses])`` as :func:`~hypernet.core.functional.functional_call`.
 
   Raises:
     ValueError: weights with different numbers of weight sets or missing the leading
       axis, inputs whose leading size differs from the number of weight sets (names
       them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``; and
-      everything :func:`~hypernet.functional.functional_call` raises.
+      everything :func:`~hypernet.core.functional.functional_call` raises.
     NotImplementedError: a generated conv kernel with no vectorised form.
   """
   if shared_inputs and per_example:

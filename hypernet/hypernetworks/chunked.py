@@ -77,7 +77,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
 
   Args:
     target_spec: ``{path: tf.TensorSpec}`` of the weights to generate, from
-      :func:`hypernet.functional.weight_spec` (shapes come from the target itself).
+      :func:`hypernet.core.functional.weight_spec` (shapes come from the target itself).
     target_values: ``{path: array}`` initial values of those weights (used for the
       initial mean/std of non-kernel tensors, see :mod:`hypernet.hypernetworks.init`).
       ``None``: kernels get the mode's variance, biases their kernel's standard

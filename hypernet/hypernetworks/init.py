@@ -12,7 +12,7 @@ at step 0. This module computes, for each generated tensor, the *target statisti
 * ``"glorot"``: Var(W) = 2 / (fan_in + fan_out) (Glorot & Bengio 2010).
 
 Kernels follow the mode, with the fans their *layer class* defines
-(:mod:`hypernet.weight_roles`: a DepthwiseConv2D kernel ``[3, 3, 64, 1]`` has fans
+(:mod:`hypernet.core.weight_roles`: a DepthwiseConv2D kernel ``[3, 3, 64, 1]`` has fans
 ``(9, 9)``, a transposed convolution's are read the other way round, an Embedding's are
 ``(1, dim)``). Biases get the standard deviation of their layer's kernel (so they learn
 at a comparable rate) and mean 0. Every other tensor (BatchNorm gamma/beta, ...) gets
@@ -20,8 +20,8 @@ the mean and standard deviation of the target variable's own initial value (gamm
 mean 1), with a floor of 0.05 on the standard deviation so that zero-initialised
 tensors can still be learned.
 
-Roles come with the spec (:func:`hypernet.functional.weight_spec` returns a
-:class:`hypernet.weight_roles.WeightSpec`). A hand-written spec without roles falls back
+Roles come with the spec (:func:`hypernet.core.functional.weight_spec` returns a
+:class:`hypernet.core.weight_roles.WeightSpec`). A hand-written spec without roles falls back
 to its paths: a ``kernel`` leaf of rank >= 2 is a Dense/Conv kernel (fans by shape), a
 ``bias`` leaf takes the standard deviation of its sibling kernel.
 """
@@ -41,7 +41,7 @@ def fans(path: str, shape) -> Tuple[int, int]:
 
   Dense ``[in, out]``; ConvND ``[*spatial, in, out]``. Only for kernels whose layer is
   unknown (a hand-written spec): other layer classes' fans come from
-  :func:`hypernet.weight_roles.weight_roles`.
+  :func:`hypernet.core.weight_roles.weight_roles`.
 
   Raises:
     ValueError: ``shape`` has rank < 2 (names ``path``).
@@ -80,7 +80,7 @@ def target_statistics(initial_values: Mapping[str, np.ndarray],
     initial_values: ``{path: array}``, the target network's initial values of the
       generated tensors (only their shapes are used for kernels).
     mode: one of :data:`MODES`.
-    roles: ``{path: hypernet.weight_roles.WeightRole}`` (kind ``kernel`` / ``bias`` /
+    roles: ``{path: hypernet.core.weight_roles.WeightRole}`` (kind ``kernel`` / ``bias`` /
       ``other`` and fans, from the layer class); paths without one fall back to their
       leaf name (see module doc).
 

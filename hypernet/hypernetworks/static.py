@@ -39,7 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import ops
+from hypernet.core import ops
 from hypernet.hypernetworks import base
 
 

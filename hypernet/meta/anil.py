@@ -18,7 +18,8 @@ from typing import Dict, Mapping, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet import functional, plain_bias
+from hypernet.core import functional
+from hypernet.numerics import plain_bias
 from hypernet.meta import inner_loop
 
 Weights = Mapping[str, tf.Tensor]

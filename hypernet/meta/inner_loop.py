@@ -3,7 +3,7 @@
 An inner-loop learner is a *weight source* whose context is a support set: from initial
 weights and a support set it produces *fast weights*, a dict ``{variable path: tensor}``
 (never variables) on which the target network then runs through
-:func:`hypernet.functional.functional_call`. The outer loop differentiates the query loss
+:func:`hypernet.core.functional.functional_call`. The outer loop differentiates the query loss
 through the fast weights with ``tf.GradientTape``.
 
 Initial weights come from the target's own variables, or are given as a dict of tensors
@@ -24,7 +24,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet import functional, ops, plain_bias, second_order
+from hypernet.core import functional, ops
+from hypernet.numerics import plain_bias, second_order
 from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
@@ -77,7 +78,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     first_order: stop gradients through the inner gradient.
     training: the ``training=`` flag of the target in the inner loop (``True``: BatchNorm
       uses batch statistics, MAML's usual setting). Normalisation moments are exact to
-      second order in every functional call (:mod:`hypernet.second_order`).
+      second order in every functional call (:mod:`hypernet.numerics.second_order`).
     state: non-trainable state ``{path: tensor}`` (BatchNorm moving statistics) fed to
       the first call; the updated state of each call is fed to the next.
 
@@ -158,7 +159,7 @@ class MAML(tf.Module):
     inner_lr: the inner learning rate alpha (float > 0).
     inner_steps: the number of inner gradient steps (int >= 1).
     adapt: path patterns of the weights adapted in the inner loop (see
-      :func:`hypernet.functional.select_paths`; ``None`` = all trainable weights).
+      :func:`hypernet.core.functional.select_paths`; ``None`` = all trainable weights).
     exclude: path patterns removed from ``adapt``.
     first_order: first-order approximation (no second derivatives).
     inner_training: the target's ``training=`` flag in the inner loop (BatchNorm uses
@@ -174,7 +175,7 @@ class MAML(tf.Module):
     ValueError: bad ``inner_lr`` / ``inner_steps`` / ``loss_fn`` name; a pattern matches
       no trainable weight; second order on a target with a layer whose second
       derivatives cannot be exact (named; see
-      :func:`hypernet.second_order.check_second_order`).
+      :func:`hypernet.numerics.second_order.check_second_order`).
   """
 
   def __init__(self, model: keras.Model, loss_fn: LossFn, *, inner_lr: float = 0.4,

@@ -46,7 +46,8 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from hypernet import functional, norm_relu_pool, plain_bias
+from hypernet.core import functional
+from hypernet.numerics import norm_relu_pool, plain_bias
 from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
@@ -77,7 +78,7 @@ class MetaBatchResult(NamedTuple):
       ``before_metrics``.
     state: ``{path: tensor}`` non-trainable state after the query pass, averaged over
       tasks for float state (BatchNorm moving statistics), task 0's for other dtypes.
-      Apply it with :func:`hypernet.functional.assign_state` if wanted.
+      Apply it with :func:`hypernet.core.functional.assign_state` if wanted.
     per_task: ``{name: [T] tensor}``, the metrics per task before averaging;
       ``per_task["query_loss_after"]`` is differentiable (e.g. for
       ``tf.nn.compute_average_loss`` over a global meta-batch split across replicas).
@@ -193,7 +194,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
                                  parallel_iterations=parallel_iterations)
   else:
     # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
-    # has no pfor converter and would run in a loop over them (hypernet.norm_relu_pool).
+    # has no pfor converter and would run in a loop over them (hypernet.numerics.norm_relu_pool).
     with norm_relu_pool.disabled():
       per_task, states = tf.vectorized_map(task, elems, fallback_to_while_loop=True)
   loss = tf.reduce_mean(per_task["query_loss_after"])

@@ -36,7 +36,7 @@ from typing import Dict, Sequence
 import keras
 import tensorflow as tf
 
-from hypernet import functional
+from hypernet.core import functional
 from hypernet.meta import anil
 
 Weights = Dict[str, tf.Tensor]

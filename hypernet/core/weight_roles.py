@@ -46,6 +46,8 @@ from typing import Dict, Mapping, NamedTuple, Optional
 import keras
 import numpy as np
 
+from hypernet.core import paths
+
 
 class WeightRole(NamedTuple):
   """What one weight is: ``kind`` ``"kernel"``, ``"bias"`` or ``"other"``.
@@ -62,7 +64,7 @@ class WeightRole(NamedTuple):
 class WeightSpec(dict):
   """``{path: tf.TensorSpec}`` that also carries ``roles``: ``{path: WeightRole}``.
 
-  Returned by :func:`hypernet.functional.weight_spec`; hypernetworks read ``roles`` for
+  Returned by :func:`hypernet.core.functional.weight_spec`; hypernetworks read ``roles`` for
   their initialisation. A plain dict of TensorSpecs works too (kernels are then
   recognised by the ``kernel`` leaf of their path and given Dense/Conv fans by shape).
   """
@@ -160,15 +162,14 @@ def _owners(model: keras.layers.Layer):
 
 def weight_roles(model: keras.layers.Layer) -> Dict[str, WeightRole]:
   """``{path: WeightRole}`` for every variable of a built model (paths as in
-  :func:`hypernet.functional.variable_paths`), decided from the owning layer's class.
+  :func:`hypernet.core.functional.variable_paths`), decided from the owning layer's class.
 
   Raises:
-    ValueError: the model is not built (see :func:`hypernet.functional.variable_paths`).
+    ValueError: the model is not built (see :func:`hypernet.core.functional.variable_paths`).
   """
-  from hypernet import functional  # pylint: disable=g-import-not-at-top
   owners = _owners(model)
   roles: Dict[str, WeightRole] = {}
-  for path, variable in functional.variable_paths(model).items():
+  for path, variable in paths.variable_paths(model).items():
     layer, attr = owners.get(id(variable), (None, ""))
     if layer is None:
       roles[path] = WeightRole("other")

@@ -30,14 +30,15 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from hypernet import functional, summaries
+from hypernet.core import functional
+from hypernet.training import summaries
 
 
 def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   """A fresh copy of ``task.target`` holding the weights the target runs on.
 
   Args:
-    task: a built task with a ``target`` network (:mod:`hypernet.tasks`).
+    task: a built task with a ``target`` network (:mod:`hypernet.training.tasks`).
     condition: for a conditional hypernetwork, the condition (task id) whose weights
       are exported, in ``[0, num_conditions)``; default 0. Ignored otherwise.
 

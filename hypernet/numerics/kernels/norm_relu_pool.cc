@@ -1,5 +1,5 @@
 // Training-mode BatchNorm -> ReLU -> 2x2 max-pool as one CPU kernel, with its gradient
-// and the gradient of that gradient (hypernet/norm_relu_pool.py says why and how).
+// and the gradient of that gradient (hypernet/numerics/norm_relu_pool.py says why and how).
 //
 // Per channel c, with batch moments mean_c, inv_std_c = 1 / sqrt(var_c + eps) over all
 // N * H * W values of x (NHWC), z = gamma_c * (x - mean_c) * inv_std_c + beta_c and

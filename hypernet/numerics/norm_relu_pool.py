@@ -10,7 +10,7 @@ order: 3.42-3.47 against 2.80-2.84 steps/s; second order: 3.13-3.28 against 2.39
 ``benchmarks/meta_bench.py --strategies accumulate,accumulate:unfused``, README's
 benchmark section), and 1.5-1.8x PyTorch's.
 
-The kernel (``hypernet/kernels/norm_relu_pool.cc``) uses that, per channel ``c``,
+The kernel (``hypernet/numerics/kernels/norm_relu_pool.cc``) uses that, per channel ``c``,
 ``z = gamma_c (x - mean_c) / sqrt(var_c + eps) + beta_c`` followed by a ReLU is monotone
 in ``x``: increasing for ``gamma_c > 0``, decreasing for ``gamma_c < 0``, constant for
 ``gamma_c = 0``. So the max-pool of ``relu(z)`` is the normalisation of the window's
@@ -40,13 +40,13 @@ are the derivatives. Per channel, with ``r = 1 / sqrt(var + eps)``, ``u = x - me
   over the pooled quarter; ``tests/test_norm_relu_pool.py`` checks them against float64
   nested tapes of TensorFlow's ops. A third derivative raises ``LookupError`` (as with
   TensorFlow's fused BatchNorm, whose third derivative is not exact either:
-  :mod:`hypernet.fused_norm`).
+  :mod:`hypernet.numerics.fused_norm`).
 
 Where it applies: inside :func:`scope` (entered by the meta-learners' functional calls,
-:func:`hypernet.plain_bias.call`), on CPU (no GPU visible), while tracing a
+:func:`hypernet.numerics.plain_bias.call`), on CPU (no GPU visible), while tracing a
 ``tf.function``, for a ``MaxPooling2D(2)`` (2x2, stride 2, ``valid``, channels last) whose
 input is ``keras.layers.ReLU()`` / ``tf.nn.relu`` of a float32 ``BatchNormalization`` that
-:mod:`hypernet.fused_norm` ran (training mode, last axis, 4-D). The pool then computes
+:mod:`hypernet.numerics.fused_norm` ran (training mode, last axis, 4-D). The pool then computes
 the whole block and reassigns the BatchNorm's moving statistics from the kernel's
 moments, so the separate BatchNorm and ReLU ops have no consumer left and TensorFlow
 prunes them. Anything else runs as before; so does everything when the kernel cannot be
@@ -78,7 +78,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet import second_order
+from hypernet.numerics import devices, second_order
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
                        "norm_relu_pool.cc")
@@ -155,7 +155,7 @@ def library():
       logging.warning(
           "hypernet: the fused BatchNorm-ReLU-max-pool kernel is unavailable, so "
           "meta-learning steps use TensorFlow's separate ops (slower; values equal up to "
-          "rounding): %s (hypernet.norm_relu_pool.load_error() has the whole message)",
+          "rounding): %s (hypernet.numerics.norm_relu_pool.load_error() has the whole message)",
           _load_error.splitlines()[0] if _load_error else e)
     return _library
 
@@ -245,14 +245,13 @@ def is_active() -> bool:
 
 
 def _cpu_only() -> bool:
-  from hypernet import plain_bias  # pylint: disable=g-import-not-at-top
-  return plain_bias._cpu_only()  # pylint: disable=protected-access
+  return devices.cpu_only()
 
 
 def register_batch_norm(y: tf.Tensor, fuse: Callable[[], tf.Tensor]) -> None:
   """Notes that ``y`` is a fused BatchNorm's output; ``fuse()`` computes the pooled block
   from the BatchNorm's input (and reassigns the moving statistics). Called by
-  :func:`hypernet.fused_norm.fused_batch_norm_call` while :func:`is_active`."""
+  :func:`hypernet.numerics.fused_norm.fused_batch_norm_call` while :func:`is_active`."""
   registry = getattr(_state, "registry", None)
   if registry is not None:
     registry[y.ref()] = fuse

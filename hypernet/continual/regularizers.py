@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 import tensorflow as tf
 
-from hypernet import ops
+from hypernet.core import ops
 
 
 def flatten_weights(weights: Mapping[str, tf.Tensor], paths: Sequence[str],

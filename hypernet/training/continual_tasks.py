@@ -8,13 +8,13 @@ step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.meth
   a conditional hypernetwork (any kind: ``config.hypernet.kind``) with one learned task
   embedding per task generates the target's weights; after each task its outputs for
   the tasks so far are stored, and the output regulariser
-  (:func:`hypernet.cl_regularizers.output_regularizer`) keeps them there. The paper
+  (:func:`hypernet.continual.regularizers.output_regularizer`) keeps them there. The paper
   re-stores every past task's outputs after each task (``refresh_targets=True``), so
   the small drift each task allows accumulates; with ``False`` each task's outputs are
   stored once, after its own training, and every later task is pulled back to them.
 * ``"finetune"`` -- one multi-head target trained on each task in turn, unprotected.
 * ``"ewc"`` -- the same with the online EWC penalty
-  (:func:`hypernet.cl_regularizers.ewc_penalty`; Fisher from each task's data).
+  (:func:`hypernet.continual.regularizers.ewc_penalty`; Fisher from each task's data).
 * ``"independent"`` -- a separate target network per task (the upper bound).
 
 Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
@@ -40,7 +40,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import cl_regularizers, functional, models, objectives, sources
+from hypernet.continual import regularizers
+from hypernet.core import functional
+from hypernet.training import models, objectives, sources
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -237,14 +239,14 @@ class ContinualTask:
       variables = functional.variable_paths(self.hnet, trainable=True)
       generated = functional.functional_call(
           self.hnet, {p: variables[p] + d for p, d in delta.items()}, ids)
-    return cl_regularizers.flatten_weights(generated, self.hnet.paths, 1)
+    return regularizers.flatten_weights(generated, self.hnet.paths, 1)
 
   def penalty(self, task, step, delta=None):
     """The method's continual-learning penalty at this step (float32 scalar); ``delta``:
     the hypernetwork's look-ahead step (von Oswald et al. Eq. 2), or ``None``."""
     cc = self.config.continual
     if self.method == "ewc":
-      return cl_regularizers.ewc_penalty(self.source.trainable_variables, self.state.anchors,
+      return regularizers.ewc_penalty(self.source.trainable_variables, self.state.anchors,
                                          self.state.fisher, cc.ewc_lambda)
     if self.method != "hnet" or self.num_tasks == 1:
       return tf.constant(0.0)
@@ -253,7 +255,7 @@ class ContinualTask:
       seed = tf.stack([tf.constant(self.config.seed, tf.int64), tf.cast(step, tf.int64)])
       ids = tf.random.stateless_uniform([k], seed, 0, tf.maximum(task, 1), dtype=tf.int32)
       generated = self._past_outputs(ids, delta)
-      return tf.where(task > 0, cl_regularizers.output_regularizer(
+      return tf.where(task > 0, regularizers.output_regularizer(
           generated, tf.gather(self.state.targets, ids), cc.beta, num_terms=k), 0.0)
     ids = tf.range(self.num_tasks)
     mask = tf.cast(ids < task, tf.float32)
@@ -357,7 +359,7 @@ class ContinualTask:
   def _prepare_next_task(self, done: int) -> None:
     cc = self.config.continual
     if self.method == "hnet":
-      generated = cl_regularizers.flatten_weights(
+      generated = regularizers.flatten_weights(
           self.hnet(tf.range(self.num_tasks)), self.hnet.paths, 1)
       if not cc.refresh_targets:   # Keep rows 0..done-1 as stored after their own task.
         keep = (tf.range(self.num_tasks) < done)[:, None]
@@ -376,7 +378,7 @@ class ContinualTask:
         logits, _ = self._logits(xb, tf.constant(t), training=False)
         return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
 
-      fisher = tf.function(lambda a, b: cl_regularizers.diagonal_fisher(
+      fisher = tf.function(lambda a, b: regularizers.diagonal_fisher(
           log_likelihood, params, a, b))(x, y)
       for f_var, f_new, anchor, p in zip(self.state.fisher, fisher, self.state.anchors, params):
         f_var.assign(float(cc.ewc_gamma) * f_var + f_new)

@@ -12,7 +12,7 @@ forward pass (with the ReLU after it) in one kernel and its registered gradient
 ``benchmarks/meta_bench.py``; README's benchmark section).
 
 :func:`fused_batch_norm_scope` (entered by every
-:func:`hypernet.functional.functional_call`) routes a ``BatchNormalization`` call to the
+:func:`hypernet.core.functional.functional_call`) routes a ``BatchNormalization`` call to the
 fused kernel when it is a plain training-mode batch norm over the last axis of a float32
 tensor (after Keras' own upcast of float16 / bfloat16 inputs): ``training=True``, a
 trainable layer, no mask, no ``renorm``, not ``synchronized``. Everything else (float64,
@@ -28,11 +28,11 @@ layers agrees with the float64 exact one to 1.5e-6 relative, as the unfused path
 ``tests/test_fused_norm.py``). Derivatives of order three and above are not (that
 gradient treats the batch mean inside the variance as a constant, which only a second
 differentiation sees): for them run in float64, or inside :func:`disabled`, where the
-exact moments of :mod:`hypernet.second_order` apply. The fused forward pass rounds
+exact moments of :mod:`hypernet.numerics.second_order` apply. The fused forward pass rounds
 differently from Keras' decomposition (errors against float64 within 2x of Keras',
 either way; ~1e-6 of the normalised values at unit scale).
 
-Inside :func:`hypernet.norm_relu_pool.scope` (the meta-learners' calls) each such call
+Inside :func:`hypernet.numerics.norm_relu_pool.scope` (the meta-learners' calls) each such call
 also registers its output, so that a ``MaxPooling2D(2)`` of its ``ReLU`` computes the
 whole block on the fused BatchNorm -> ReLU -> max-pool kernel (that module's doc).
 """
@@ -45,7 +45,7 @@ from typing import Iterator, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet import norm_relu_pool, second_order
+from hypernet.numerics import norm_relu_pool, second_order
 
 _state = threading.local()
 _original_call = None
@@ -158,7 +158,7 @@ def fused_batch_norm_call(layer, inputs) -> tf.Tensor:
 
 def _split_bias(x: tf.Tensor):
   """``(x, None)``, or ``(conv, bias)`` when ``x`` was computed as ``conv + bias`` with a
-  ``[C]`` bias (a convolution's bias added by :mod:`hypernet.plain_bias`): the
+  ``[C]`` bias (a convolution's bias added by :mod:`hypernet.numerics.plain_bias`): the
   normalisation removes the bias, so the fused block takes it apart."""
   op = getattr(x, "op", None)
   if op is None or op.type not in ("AddV2", "Add") or len(op.inputs) != 2:
@@ -202,7 +202,7 @@ def fused_batch_norm_scope() -> Iterator[None]:
 
 def disabled():
   """Within the block (this thread), BatchNorm runs Keras' own code even inside
-  functional calls: exact derivatives of every order (with :mod:`hypernet.second_order`'s
+  functional calls: exact derivatives of every order (with :mod:`hypernet.numerics.second_order`'s
   moments), bit-for-bit Keras values, at the unfused speed. A re-entrant context
   manager.
 

@@ -29,6 +29,8 @@ import sys
 import tempfile
 from typing import Callable, List, Mapping, Optional
 
+from hypernet.training.console import format_metrics  # pylint: disable=unused-import
+
 # A native log line: severity letter, MMDD, then time (absl / TensorFlow C++ format).
 _NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
 _NATIVE_NOISE = (
@@ -239,9 +241,9 @@ def parse_flags(argv: List[str]) -> List[str]:
 def user_errors() -> tuple:
   """Errors whose message tells the user what to fix; entry points print them without a
   Python traceback (``--traceback`` shows it)."""
-  from hypernet import checkpoints, config_lib, export, train_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import checkpoints, config_lib, export, loop  # pylint: disable=g-import-not-at-top
   return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-          checkpoints.WorkdirInUseError, train_lib.NonFiniteLossError, export.ExportPathError,
+          checkpoints.WorkdirInUseError, loop.NonFiniteLossError, export.ExportPathError,
           export.ExportConditionError)
 
 
@@ -281,21 +283,6 @@ def check_workdir_is_folder(workdir: str, flag: str = "--workdir") -> None:
     raise NotADirectoryError(f"{flag} must be a folder: {workdir} is a file.")
 
 
-def _metric_text(name: str, value) -> str:
-  if isinstance(value, float) and ("accuracy" in name or name.endswith("error")):
-    return f"{name} {100 * value:.2f}%"  # Fractions (and their CI95 half-widths) in %.
-  if isinstance(value, float):
-    return f"{name} {value:.4g}"
-  return f"{name} {value}"
-
-
-def format_metrics(metrics: Mapping) -> str:
-  """``"accuracy 97.77%, loss 0.08019"``: accuracies first; accuracies, error rates and
-  their ``_ci95`` half-widths in percent; other values to 4 significant digits."""
-  order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
-  return ", ".join(_metric_text(k, metrics[k]) for k in order)
-
-
 def latest_checkpoint_step(folder: str) -> Optional[int]:
   """The step of the checkpoint named by ``folder/checkpoint`` (CheckpointManager's
   state file), without importing TensorFlow."""
@@ -312,7 +299,7 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   time, where the results are and the TensorBoard command.
 
   Args:
-    result: ``train_lib.train_and_evaluate``'s return value (or ``final_metrics.json``).
+    result: ``loop.train_and_evaluate``'s return value (or ``final_metrics.json``).
     workdir: the run's folder.
 
   Returns:

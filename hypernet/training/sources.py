@@ -2,7 +2,7 @@
 
 A weight source maps its own trainable parameters (plus an optional context, e.g. a
 task id) to ``{path: tensor}`` for some of the target network's weights; the target runs
-on them through :func:`hypernet.functional.functional_call`. Target weights the source
+on them through :func:`hypernet.core.functional.functional_call`. Target weights the source
 does not produce are read from the target's own variables, and are trained directly
 unless frozen.
 
@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import functional, ops
+from hypernet.core import functional, ops
 
 
 class WeightSource:
@@ -94,7 +94,7 @@ class HypernetworkSource(WeightSource):
     train_rest: train the target weights that are not generated (else frozen at init).
     quantize: ``"none"``, ``"binary"``, ``"ternary"`` or ``"int8"``: the target runs on
       quantised generated weights while the gradient reaches the hypernetwork straight
-      through (:mod:`hypernet.ops`; BinaryConnect / TWN / int8 fake quantisation). One
+      through (:mod:`hypernet.core.ops`; BinaryConnect / TWN / int8 fake quantisation). One
       scale per tensor, and per weight set for a batch of weight sets.
     quantize_targets: glob pattern(s) of the generated paths to quantise (e.g.
       ``"*kernel"``); the others pass unchanged.

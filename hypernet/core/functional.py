@@ -24,57 +24,12 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import keras
 import tensorflow as tf
 
-from hypernet import fused_norm, ops, second_order, weight_roles
+from hypernet.numerics import fused_norm, second_order
+from hypernet.core import ops, weight_roles
+from hypernet.core.paths import _check_built, _relative_path, variable_paths  # pylint: disable=unused-import
 
 Weights = Mapping[str, tf.Tensor]
 Patterns = Union[str, Sequence[str], None]
-
-
-def _check_built(model: keras.Model) -> None:
-  if not model.built or not model.variables:
-    raise ValueError(
-        f"Model {model.name!r} is not built, so its weights have no shapes yet. Build it "
-        "first: call it once on an example batch, or construct it with keras.Input(...).")
-
-
-def _relative_path(model: keras.Model, variable) -> str:
-  path = variable.path
-  prefix = model.name + "/"
-  return path[len(prefix):] if path.startswith(prefix) else path
-
-
-def variable_paths(model: keras.Model, trainable: Optional[bool] = None) -> Dict[str, keras.Variable]:
-  """Returns ``{path: variable}`` for a built Keras model, in ``model.variables`` order.
-
-  Args:
-    model: a built Keras 3 model (Sequential, Functional, subclassed or nested).
-    trainable: ``True`` for trainable variables only, ``False`` for non-trainable only,
-      ``None`` for all.
-
-  Returns:
-    An ordered dict from path (the variable's Keras path with the model's own name
-    stripped, e.g. ``"conv1/kernel"``, ``"bn/moving_mean"``) to the ``keras.Variable``.
-
-  Raises:
-    ValueError: if the model is not built, or two variables share a path (rename the
-      layers so that each has a unique name).
-  """
-  _check_built(model)
-  if trainable is None:
-    variables = model.variables
-  elif trainable:
-    variables = model.trainable_variables
-  else:
-    variables = model.non_trainable_variables
-  paths: Dict[str, keras.Variable] = {}
-  for v in variables:
-    p = _relative_path(model, v)
-    if p in paths and paths[p] is not v:
-      raise ValueError(
-          f"Two variables of model {model.name!r} share the path {p!r}; give their "
-          "layers unique names so each weight can be addressed.")
-    paths[p] = v
-  return paths
 
 
 def _compile_patterns(patterns: Patterns) -> List[str]:
@@ -129,7 +84,7 @@ def weight_spec(model: keras.Model, patterns: Patterns = None, **kwargs):
   target network itself, nothing hand-typed. Arguments are those of :func:`select_paths`.
 
   Returns:
-    A :class:`hypernet.weight_roles.WeightSpec` (a dict) whose ``roles`` say what each
+    A :class:`hypernet.core.weight_roles.WeightSpec` (a dict) whose ``roles`` say what each
     weight is in its layer (kernel with its fans, bias, other), decided from the layer
     class: hypernetworks initialise from it.
   """
@@ -143,7 +98,7 @@ def _check_mapping(name: str, value, fn: str = "functional_call") -> None:
   if value is not None and not isinstance(value, Mapping):
     raise TypeError(
         f"{fn}: {name}= must be a dict {{variable path: tensor}} (e.g. "
-        f"{{'dense/kernel': w}}; paths from hypernet.functional.variable_paths(model)), or "
+        f"{{'dense/kernel': w}}; paths from hypernet.core.functional.variable_paths(model)), or "
         f"None; got a {type(value).__name__}.")
 
 
@@ -232,14 +187,14 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
 
   Built on Keras 3 ``Layer.stateless_call``; the model's variables are never assigned.
   Normalisation moments are computed exactly to second order during the call
-  (:mod:`hypernet.second_order`), so nested tapes around it (MAML, Hessian-vector
+  (:mod:`hypernet.numerics.second_order`), so nested tapes around it (MAML, Hessian-vector
   products) give exact second derivatives; ``docs/layers.md`` lists, per Keras layer
   class, what is tested exact to first and second order. A float32 training-mode
-  ``BatchNormalization`` runs on TensorFlow's fused kernel (:mod:`hypernet.fused_norm`:
+  ``BatchNormalization`` runs on TensorFlow's fused kernel (:mod:`hypernet.numerics.fused_norm`:
   exact to second order, 1.2-1.5x faster MAML meta-steps); ``with fused_norm.disabled():``
   keeps Keras' own code. The meta-learners' calls (:mod:`hypernet.meta`) run with plain
-  bias additions on CPU (:mod:`hypernet.plain_bias`) and each BatchNorm -> ReLU -> 2x2
-  max-pool block on one kernel (:mod:`hypernet.norm_relu_pool`).
+  bias additions on CPU (:mod:`hypernet.numerics.plain_bias`) and each BatchNorm -> ReLU -> 2x2
+  max-pool block on one kernel (:mod:`hypernet.numerics.norm_relu_pool`).
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
@@ -260,7 +215,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       ``False`` unknown paths are ignored.
     overrides: ``{layer name: fn}``; during this call the layer's output ``h`` is
       replaced by ``fn(h)`` for everything downstream, while the gradient passes
-      straight through to ``h`` (see :func:`hypernet.ops.override_layer_outputs`). E.g.
+      straight through to ``h`` (see :func:`hypernet.core.ops.override_layer_outputs`). E.g.
       a model ``y = a**2`` with ``overrides={"a": lambda a: 2.0 * tf.ones_like(a)}``
       where ``a = 1`` gives ``y = 4`` and ``dy/da = 4``. The model is left unmodified.
     **kwargs: passed to the model's ``call``.
@@ -276,7 +231,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     Inside ``tf.distribute`` ``strategy.run`` with several replicas, seed-generator states
     not given in ``state`` are read with the replica id folded in (see
     :func:`_replica_seed`), so dropout masks differ across replicas; replica 0's
-    returned state is the single-device one (``hypernet.distribute.all_reduce_state``
+    returned state is the single-device one (``hypernet.training.distribute.all_reduce_state``
     broadcasts it).
 
   Raises:

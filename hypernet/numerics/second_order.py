@@ -17,7 +17,7 @@ derivatives, a cheaper backward pass) are kept only where the active tapes can
 differentiate the input just once *and* all of them are visible: eagerly, or inside the
 train loop's own step, which takes its gradients in its trace and says so
 (:func:`all_tapes_visible`). Inside any other ``tf.function`` trace a tape outside the
-function could still differentiate it twice, so the moments stay exact there. :func:`hypernet.functional.functional_call` runs every call under it, so
+function could still differentiate it twice, so the moments stay exact there. :func:`hypernet.core.functional.functional_call` runs every call under it, so
 second order is exact wherever a target runs through the functional call: inside the
 project's inner loops and under a user's own nested ``tf.GradientTape``s. The switch is
 per thread (``tf.distribute`` replicas run in threads) and re-entrant; outside a
@@ -109,8 +109,8 @@ def _dispatching_compute_moments(x, axes, keepdims):
 @contextlib.contextmanager
 def thread_count(state: threading.local, name: str) -> Iterator[None]:
   """Adds 1 to ``state.<name>`` (0 if unset) for the block: a re-entrant per-thread
-  switch, on while the count is positive (here, in :mod:`hypernet.fused_norm` and in
-  :mod:`hypernet.plain_bias`)."""
+  switch, on while the count is positive (here, in :mod:`hypernet.numerics.fused_norm` and in
+  :mod:`hypernet.numerics.plain_bias`)."""
   setattr(state, name, getattr(state, name, 0) + 1)
   try:
     yield
@@ -123,7 +123,7 @@ def add_moment_gradients(dx: tf.Tensor, x: tf.Tensor, dmean, dvariance, n) -> tf
   ``dmean / n`` and ``dvariance 2 (x - mean) / n`` (biased variance, ``n = N H W``),
   each only where it is not known to be zero (an output nothing depends on). The fused
   BatchNorm kernels give their moment outputs no gradient of their own
-  (:mod:`hypernet.fused_norm`, :mod:`hypernet.norm_relu_pool`)."""
+  (:mod:`hypernet.numerics.fused_norm`, :mod:`hypernet.numerics.norm_relu_pool`)."""
   if not is_known_zero(dmean):
     dx += dmean / n
   if not is_known_zero(dvariance):
@@ -152,8 +152,8 @@ def all_tapes_visible():
 def install_dispatcher(owner, name: str, dispatcher):
   """Puts ``dispatcher`` in place of ``owner.<name>`` (a Keras class's method or backend
   function) once, thread-safely, and returns what was there before: how this module,
-  :mod:`hypernet.fused_norm`, :mod:`hypernet.plain_bias` and
-  :mod:`hypernet.norm_relu_pool` put their per-thread switches in place. Calling it
+  :mod:`hypernet.numerics.fused_norm`, :mod:`hypernet.numerics.plain_bias` and
+  :mod:`hypernet.numerics.norm_relu_pool` put their per-thread switches in place. Calling it
   again returns the same original."""
   with _install_lock:
     current = getattr(owner, name)
@@ -172,7 +172,7 @@ def _install() -> None:
     raise RuntimeError(
         "This Keras version has no keras.src.backend.tensorflow.nn._compute_moments, "
         "where hypernet makes normalisation moments exact for second derivatives. "
-        f"Keras {keras.__version__} is not supported by hypernet.second_order; pin "
+        f"Keras {keras.__version__} is not supported by hypernet.numerics.second_order; pin "
         "keras to a tested version (see README).")
   _original_compute_moments = install_dispatcher(module, "_compute_moments",
                                                  _dispatching_compute_moments)

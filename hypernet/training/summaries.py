@@ -11,7 +11,7 @@ workdir itself, so there is no run named ``.``):
   the gradients and of the updates; an optional profiler trace (``plugins/profile``);
 * ``eval/`` -- evaluation metrics (at step 0, every ``eval_every`` steps and at the
   end), the final metrics as a text table, and the hparams plugin's session: the fields
-  the run uses (:func:`hypernet.config_lib.hparams`) and the parameter counts as
+  the run uses (:func:`hypernet.training.config_lib.hparams`) and the parameter counts as
   hyperparameters, the eval metrics as metric columns. The session lives in the run that
   holds its metrics, so the HParams table is filled both with ``tensorboard
   --logdir=WORKDIR`` and with ``--logdir=PARENT`` (TensorBoard looks metrics up in the
@@ -104,7 +104,7 @@ class Writer:
 
     Args:
       config: the experiment config; the fields the run uses become hyperparameters
-        (:func:`hypernet.config_lib.hparams`, display order kept).
+        (:func:`hypernet.training.config_lib.hparams`, display order kept).
       metrics: tags of the ``eval`` run shown as metric columns (``accuracy``, ``loss``).
       extra: more hyperparameter columns, e.g. ``{"params.trainable": 69824}``.
       trial_id: the session name (default: the workdir's folder name).
@@ -112,7 +112,7 @@ class Writer:
     if not self.enabled:
       return
     from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
-    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
     values = dict(config_lib.hparams(config))
     values.update(extra or {})
@@ -176,7 +176,7 @@ def target_weights(task) -> Dict[str, tf.Tensor]:
   """The weights the target network runs on, ``{path: tensor}``.
 
   A task may define ``summary_weights() -> {path: tensor}`` to choose; otherwise, for a
-  task with a weight ``source`` and a ``target`` (:mod:`hypernet.tasks`), the source's
+  task with a weight ``source`` and a ``target`` (:mod:`hypernet.training.tasks`), the source's
   generated weights (all conditions of a conditional hypernetwork, with a leading axis)
   and the target's own trainable variables for the other paths. Empty when the task
   exposes neither.
@@ -186,7 +186,7 @@ def target_weights(task) -> Dict[str, tf.Tensor]:
   source, target = getattr(task, "source", None), getattr(task, "target", None)
   if source is None or target is None:
     return {}
-  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
   hnet = getattr(source, "hypernetwork", None)
   num_conditions = int(getattr(hnet, "num_conditions", 0) or 0)
   generated = dict(source.weights(tf.range(num_conditions) if num_conditions else None))
@@ -310,7 +310,7 @@ class ModelSummaries:
   training is unchanged.
 
   Args:
-    task: the built task (:mod:`hypernet.tasks`).
+    task: the built task (:mod:`hypernet.training.tasks`).
     variables: the trainable variables the optimiser updates.
     config: the experiment config (``batch_size``, ``seed``, ``summaries.*``).
     strategy: the ``tf.distribute`` strategy the variables were made under.

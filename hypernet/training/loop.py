@@ -1,11 +1,11 @@
 """The one training loop: ``train_and_evaluate(config, workdir)``.
 
 Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
-(:mod:`hypernet.tasks`) run by this loop:
+(:mod:`hypernet.training.tasks`) run by this loop:
 
 * models, optimiser and step are built under a ``tf.distribute`` strategy scope (the
   default strategy on one device; ``config.distribution`` picks another, see
-  :mod:`hypernet.distribute`), so multi-device and multi-worker training need no other
+  :mod:`hypernet.training.distribute`), so multi-device and multi-worker training need no other
   loop: the gradients are summed over replicas *before* anything reads them (global
   norm, clipping, NaN guard, loss scaling), and returned state is all-reduced before it
   is written, so R replicas follow the single-device trajectory;
@@ -25,9 +25,9 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
   ``config.fault.nonfinite="skip"`` the bad step is skipped instead;
 * SIGTERM / SIGINT: the current chunk finishes, a checkpoint is saved and the process
   exits by the same signal; a second job on the same workdir is refused
-  (:mod:`hypernet.checkpoints`);
+  (:mod:`hypernet.training.checkpoints`);
 * every ``config.summaries.every`` steps the model summaries of
-  :class:`hypernet.summaries.ModelSummaries` (histograms, kernel images, norms) and an
+  :class:`hypernet.training.summaries.ModelSummaries` (histograms, kernel images, norms) and an
   optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
   the run; a resumed run first writes a TensorBoard restart marker at the restored step,
   so that no step appears twice;
@@ -48,7 +48,8 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet import cli, distribute, norm_relu_pool, objectives, second_order, tasks
+from hypernet.training import console, distribute, objectives, tasks
+from hypernet.numerics import norm_relu_pool, second_order
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -257,7 +258,7 @@ class Trainer:
       try:
         self.checkpoint.restore(latest).assert_existing_objects_matched()
       except (ValueError, AssertionError, tf.errors.OpError) as e:
-        from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+        from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
         raise config_lib.ConfigError(
             f"The checkpoint {latest} does not fit this config: the run that wrote it had a "
             f"different config (changed here: {', '.join(changed) or 'unknown'}). Rerun with "
@@ -313,7 +314,7 @@ def config_changes(workdir: str, config) -> list:
   """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
   config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
   is saved)."""
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   path = os.path.join(workdir, "config.json")
   if not tf.io.gfile.exists(path):
     return []
@@ -342,11 +343,11 @@ def _check_before_building(config) -> None:
   hypernetwork patterns that match no weight of the target network (or weights the kind
   cannot generate), checked on the target built alone (cheap) for image classification,
   continual ``hnet``, sinusoid and Omniglot few-shot tasks."""
-  from hypernet import config_lib, models  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib, models  # pylint: disable=g-import-not-at-top
   from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
   omniglot = config.task == "few_shot" and config.data.name == "omniglot"
   if omniglot:
-    from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+    from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
     meta_tasks.omniglot_dir(config)
   if config.hypernet.kind == "none":
     return
@@ -355,7 +356,7 @@ def _check_before_building(config) -> None:
     data = data_lib.load_classification(config.data)
     target = models.make_target(config.model, data.image_shape, data.num_classes)
   elif config.task == "sinusoid" or omniglot:
-    from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+    from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
     size = config.data.image_size
     target = meta_tasks.make_meta_target(config, (1,) if config.task == "sinusoid" else
                                          (size, size, 1), config.meta.num_ways)
@@ -391,7 +392,7 @@ def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
     e.g. ``"generated weight conv2/kernel (18432 of 18432 values non-finite: ...)"``, or
     a sentence saying the step was finite on replay (non-deterministic kernels).
   """
-  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   config = trainer.config
   batch = next(iter(trainer.task.train_dataset(config.batch_size, config.seed, step - 1).take(1)))
   with trainer.strategy.scope():
@@ -493,7 +494,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   signal is re-delivered once the lock is released: SIGTERM ends the process, SIGINT
   raises ``KeyboardInterrupt``. Rerunning the same command resumes.
   """
-  from hypernet import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
   config_lib.validate(config)
   # First TensorFlow work: multi-worker and TPU strategies set up the runtime (cached, so
   # the Trainer gets the same one).
@@ -528,7 +529,7 @@ def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float
 
 def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, float]:
   """Runs chunks of steps to ``config.num_steps`` with events between them."""
-  from hypernet import summaries  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   t0 = time.time()
   is_chief = trainer.is_chief
   writer = summaries.Writer(workdir, enabled=is_chief)
@@ -645,7 +646,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     if (config.eval_every > 0 and step % config.eval_every == 0) or step == total:
       eval_metrics = trainer.evaluate()
       writer.scalars(step, eval_metrics, "eval")
-      logging.info("eval at step %d: %s", step, cli.format_metrics(eval_metrics))
+      logging.info("eval at step %d: %s", step, console.format_metrics(eval_metrics))
     if hasattr(trainer.task, "on_event"):  # Task events (continual: end of a task).
       trainer.task.on_event(trainer, step, writer)
     if step % config.checkpoint_every == 0 or step == total:

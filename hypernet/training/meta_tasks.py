@@ -1,6 +1,6 @@
 """Meta-learning tasks for the one train loop: few-shot classification and sinusoids.
 
-:class:`MetaLearningTask` implements the task interface of :mod:`hypernet.tasks` for an
+:class:`MetaLearningTask` implements the task interface of :mod:`hypernet.training.tasks` for an
 inner-loop learner of :mod:`hypernet.meta` (MAML, first-order MAML, Meta-SGD, ANIL):
 
 * a *batch* is a meta-batch of tasks (``config.batch_size`` tasks summed over replicas;
@@ -31,7 +31,7 @@ never seen in meta-training), or ``"digits"`` / ``"fashion_mnist"`` / ``"mnist"`
 episodes from the train images, test episodes from the test images of the *same*
 classes: these have too few classes for a class split). Target: ``config.model.name``
 ``"conv4"`` (Finn et al.'s four conv-BN-ReLU-pool blocks, ``config.model.conv_widths``
-equal widths, one per block) or ``"cnn"`` (:func:`hypernet.models.make_target`).
+equal widths, one per block) or ``"cnn"`` (:func:`hypernet.training.models.make_target`).
 
 ``"sinusoid"``: regression on ``y = A sin(x - phi)`` (Finn et al. 2017 Sec. 5.1), K =
 ``config.meta.num_shots`` support points; an MLP with ``config.meta.mlp_widths`` ReLU
@@ -57,7 +57,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet import models, plain_bias, sources
+from hypernet.training import models, sources
+from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import anil, conv4, inner_loop, meta_batch, support_hypernet
 
@@ -169,12 +170,12 @@ def _load_few_shot_data(config):
     folder = omniglot_dir(config)
     zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
     if not zips:
-      from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+      from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
       raise config_lib.ConfigError("config.data.omniglot_zips is empty; name the image "
                                    "zips, e.g. 'images_background.zip'.")
     images = omniglot.load_omniglot(zips, data_dir=folder, image_size=dc.image_size)
     if not 1 <= dc.num_test_characters < images.num_classes:
-      from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+      from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
       raise config_lib.ConfigError(
           f"config.data.num_test_characters={dc.num_test_characters} leaves no meta-train "
           f"or meta-test characters: {', '.join(zips)} hold {images.num_classes} characters; "
@@ -198,7 +199,7 @@ def _load_few_shot_data(config):
 def _check_episodes_fit(config, train_data, test_data) -> None:
   """Raises ConfigError (naming the field) when an episode asks for more classes, or
   more examples of a class, than the meta-train or meta-test data hold."""
-  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   mc = config.meta
   for side, data, queries, name in (("meta-train", train_data, mc.num_queries, "num_queries"),
                                     ("meta-test", test_data, mc.eval_queries, "eval_queries")):
@@ -223,7 +224,7 @@ def omniglot_dir(config) -> str:
   """
   folder = os.path.expanduser(str(config.data.data_dir).strip())
   if not folder:
-    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
     raise config_lib.ConfigError(
         "config.data.data_dir is empty: set it to the folder holding the Omniglot zips "
@@ -422,7 +423,7 @@ class MetaLearningTask:
     return omniglot.load_one_shot_runs(path, image_size=self.config.data.image_size)
 
   def _check_runs(self, image_shape) -> None:
-    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     mc = self.config.meta
     if not self.runs:
       raise config_lib.ConfigError("config.meta.one_shot_runs gave no runs.")
@@ -462,7 +463,7 @@ class MetaLearningTask:
   def trainable_variables(self):
     # Target weights the learner never reads (a generated or zero-initialised head)
     # are not trained.
-    from hypernet import functional  # pylint: disable=g-import-not-at-top
+    from hypernet.core import functional  # pylint: disable=g-import-not-at-top
     target_vars = functional.variable_paths(self.target)
     seen = {id(target_vars[p]) for p in self.learner.untrained_paths}
     out = []
@@ -510,7 +511,7 @@ class MetaLearningTask:
 
   def train_gradients(self, batch, global_batch_size, variables, scale_loss=None):
     """This replica's loss share, metric sums, new state and gradients (the task
-    interface's optional gradient method, :mod:`hypernet.tasks`).
+    interface's optional gradient method, :mod:`hypernet.training.tasks`).
 
     With ``config.meta.parallel="accumulate"`` the meta-gradient is accumulated task by
     task (:func:`hypernet.meta.meta_batch.meta_batch_gradients`: memory of one task);
@@ -600,7 +601,7 @@ class MetaLearningTask:
 
   def apply_state(self, state):
     if state:
-      from hypernet import functional  # pylint: disable=g-import-not-at-top
+      from hypernet.core import functional  # pylint: disable=g-import-not-at-top
       functional.assign_state(self.target, state)
 
   def describe(self) -> Dict[str, float]:
@@ -625,7 +626,7 @@ class MetaLearningTask:
     Raises:
       ValueError: the task has no one-shot runs.
     """
-    from hypernet import functional  # pylint: disable=g-import-not-at-top
+    from hypernet.core import functional  # pylint: disable=g-import-not-at-top
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
     if not self.runs:
       raise ValueError("No one-shot runs: set config.meta.one_shot_runs='all_runs.zip'.")

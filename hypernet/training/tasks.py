@@ -1,7 +1,7 @@
 """Tasks: what the one train loop trains, built from the config.
 
 A task bundles a weight source (identity, hypernetwork, meta-learner), the target
-network, an objective and the data. The train loop in :mod:`hypernet.train_lib` only
+network, an objective and the data. The train loop in :mod:`hypernet.training.loop` only
 talks to this interface, so no algorithm needs a train loop of its own:
 
 * ``trainable_variables`` -- what the outer optimiser updates;
@@ -34,7 +34,8 @@ from typing import Dict
 import tensorflow as tf
 
 from hypernet import data as data_lib
-from hypernet import functional, models, objectives, sources
+from hypernet.core import functional
+from hypernet.training import models, objectives, sources
 from hypernet.data import pipeline
 
 
@@ -232,9 +233,9 @@ def build_task(config):
   if config.task == "multitask_classification":
     return MultiTaskClassificationTask(config)
   if config.task == "continual":
-    from hypernet import continual_tasks  # pylint: disable=g-import-not-at-top
+    from hypernet.training import continual_tasks  # pylint: disable=g-import-not-at-top
     return continual_tasks.ContinualTask(config)
-  from hypernet import meta_tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
   if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
     return meta_tasks.MetaLearningTask(config)
   raise ValueError(f"config.task={config.task!r} is unknown; known: "

@@ -94,7 +94,7 @@ def _check_schema(config, schema, prefix: str) -> None:
       raise ConfigError(
           f"config{'.' if prefix else ''}{prefix}{key} is not a known field.{hint} Known "
           f"fields{' of config.' + prefix[:-1] if prefix else ''}: {sorted(schema.keys())}. "
-          "A new field is added to hypernet/config_lib.py:base_config() with its default.")
+          "A new field is added to hypernet/training/config_lib.py:base_config() with its default.")
   for key in schema.keys():
     name = f"config.{prefix}{key}"
     if key not in config:
@@ -343,7 +343,7 @@ def check_target_patterns(config, target) -> None:
   """
   if config.hypernet.kind == "none":
     return
-  from hypernet import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
   variables = functional.variable_paths(target, trainable=True)
   paths = list(variables)
   targets = config.hypernet.targets
@@ -615,7 +615,7 @@ def base_config():
   c.multitask = ml_collections.ConfigDict()
   c.multitask.label_shift = True
 
-  # Continual learning (config.task = "continual"; hypernet/continual_tasks.py):
+  # Continual learning (config.task = "continual"; hypernet/training/continual_tasks.py):
   # num_steps = num_tasks * steps_per_task learns every task; fewer stops inside the
   # sequence (with a warning; a rerun with more steps resumes), more is an error.
   c.continual = ml_collections.ConfigDict()
@@ -634,7 +634,7 @@ def base_config():
   c.continual.fisher_samples = 500     # ewc: examples per task for the Fisher
   c.continual.eval_examples_per_task = 0  # 0: the whole test set of every task
 
-  # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/meta_tasks.py).
+  # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/training/meta_tasks.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the
   # tasks per evaluation batch.
   c.data.omniglot_zips = "images_background.zip"  # comma-separated, in data.data_dir
@@ -679,7 +679,7 @@ def base_config():
   # for ~25 MB; unstaggered +15% for ~90 MB). First order is never staggered.
   # (benchmarks/meta_bench.py, experiments/RESULTS_meta.md)
   c.meta.fused_blocks = True  # CPU: each BatchNorm -> ReLU -> 2x2 max-pool block of the
-  # target on one kernel (hypernet/norm_relu_pool.py; values equal up to rounding, exact
+  # target on one kernel (hypernet/numerics/norm_relu_pool.py; values equal up to rounding, exact
   # second order);
   # False: TensorFlow's separate ops. Off under jit_compile (XLA cannot compile it).
   c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
@@ -695,7 +695,7 @@ def base_config():
   c.optim.momentum = 0.9
   c.optim.grad_clip_norm = 0.0
 
-  # Observability and fault tolerance (hypernet/summaries.py, hypernet/checkpoints.py).
+  # Observability and fault tolerance (hypernet/training/summaries.py, hypernet/training/checkpoints.py).
   c.deterministic = False      # enable TF op determinism: bitwise-identical CPU reruns
   c.summaries = ml_collections.ConfigDict()
   c.summaries.every = 500      # weight histograms, kernel images, norms (0: off)

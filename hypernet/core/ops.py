@@ -396,7 +396,7 @@ def override_layer_outputs(model, overrides: Mapping[str, OverrideFn]) -> Iterat
     if getattr(layer, "quantization_mode", None) is not None:
       raise NotImplementedError(f"Layer {key!r} is quantised by Keras "
                                 f"({layer.quantization_mode}); overriding its output is "
-                                "not supported. Use hypernet.ops.quantize_weights instead.")
+                                "not supported. Use hypernet.core.ops.quantize_weights instead.")
     resolved.append((layer, fn))
   if not hasattr(_ACTIVE, "fns"):
     _ACTIVE.fns = {}
@@ -549,7 +549,7 @@ def quantize_weights(weights: Mapping[str, tf.Tensor], kind: str,
   """Quantises a target network's weight dict with the quantiser named ``kind``.
 
   Meant for the weights a hypernetwork (or inner loop) generates, before they go to
-  :func:`hypernet.functional.functional_call`: the target runs on quantised weights while
+  :func:`hypernet.core.functional.functional_call`: the target runs on quantised weights while
   the gradient reaches the generator straight through (Bengio et al. 2013). Each tensor
   is quantised on its own (per-tensor scales).
 

@@ -16,7 +16,7 @@ one device exactly when
   each replica's own value silently and the copies drift apart;
 * metrics are ``(sum, count)`` pairs summed over replicas and divided once.
 
-Random draws are *not* meant to agree: :func:`hypernet.functional.functional_call` folds
+Random draws are *not* meant to agree: :func:`hypernet.core.functional.functional_call` folds
 the replica id into Keras seed-generator states so that dropout masks differ across
 replicas (replica 0 keeps the single-device stream).
 """
@@ -46,7 +46,7 @@ def _tf_config() -> dict:
   try:
     return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
   except json.JSONDecodeError as e:
-    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     raise config_lib.ConfigError(f"TF_CONFIG is not valid JSON ({e}); it must look like "
                      '{"cluster": {"worker": ["host:port", ...]}, '
                      '"task": {"type": "worker", "index": 0}}.') from e
@@ -114,7 +114,7 @@ def _tpu() -> tf.distribute.Strategy:
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
-    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     raise config_lib.ConfigError("config.distribution='tpu' but no TPU was found (set "
                                  f"$TPU_NAME, or use 'auto'/'mirrored'): {e}") from e
   return tf.distribute.TPUStrategy(resolver)
@@ -197,7 +197,7 @@ def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   global batch statistics instead).
 
   Args:
-    state: ``{path: tensor}`` from :func:`hypernet.functional.functional_call` with
+    state: ``{path: tensor}`` from :func:`hypernet.core.functional.functional_call` with
       ``return_state=True``, as computed on this replica.
 
   Returns:
@@ -245,7 +245,7 @@ def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.opti
     raise RuntimeError(
         f"{type(inner).__name__} has no _all_reduce_sum_gradients: this Keras version "
         f"({keras.__version__}) sums gradients differently; update "
-        "hypernet.distribute.apply_reduced_gradients.")
+        "hypernet.training.distribute.apply_reduced_gradients.")
   inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
   return optimizer
 
@@ -270,7 +270,7 @@ def dtype_policy(name: str) -> Iterator[None]:
 
   Under ``"mixed_bfloat16"`` / ``"mixed_float16"`` layers keep float32 variables and
   compute in bfloat16 / float16 (Micikevicius et al. 2018, "Mixed precision training").
-  Weights passed to :func:`hypernet.functional.functional_call` must still have the
+  Weights passed to :func:`hypernet.core.functional.functional_call` must still have the
   variables' dtype (float32); layers cast them to the compute dtype as they read them.
   float16 needs loss scaling (``keras.optimizers.LossScaleOptimizer``); bfloat16 does not.
 

@@ -48,7 +48,7 @@ from keras.src.backend.tensorflow import core as keras_core
 from keras.src.backend.tensorflow import numpy as keras_numpy
 from keras.src.backend.common import dtypes as keras_dtypes
 
-from hypernet import norm_relu_pool, second_order
+from hypernet.numerics import devices, norm_relu_pool, second_order
 
 _state = threading.local()
 _original_add = None
@@ -56,7 +56,7 @@ _original_add = None
 
 @functools.lru_cache(maxsize=None)
 def _cpu_only() -> bool:
-  return not tf.config.list_logical_devices("GPU")
+  return devices.cpu_only()
 
 
 def is_active() -> bool:
@@ -111,8 +111,8 @@ def _install() -> None:
 
 def call(fn, *args, **kwargs):
   """``fn(*args, **kwargs)`` within :func:`plain_bias_scope` and
-  :func:`hypernet.norm_relu_pool.scope` (BatchNorm -> ReLU -> max-pool blocks on one
-  kernel): how the meta-learners (:mod:`hypernet.meta`, :mod:`hypernet.meta_tasks`) make
+  :func:`hypernet.numerics.norm_relu_pool.scope` (BatchNorm -> ReLU -> max-pool blocks on one
+  kernel): how the meta-learners (:mod:`hypernet.meta`, :mod:`hypernet.training.meta_tasks`) make
   their functional calls."""
   with plain_bias_scope(), norm_relu_pool.scope():
     return fn(*args, **kwargs)
