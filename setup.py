@@ -31,7 +31,11 @@ setup(
         "pillow",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
+        # matplotlib: tests of experiments/ plots; mkdocs: tests/test_docs.py builds the
+        # API reference.
+        "test": ["pytest", "matplotlib", "mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
+        # The documentation site and API reference: mkdocs build --strict (mkdocs.yml).
+        "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "plots": ["matplotlib"],
         # benchmarks/: the PyTorch references of meta_bench.py and step_ratio.py.
         "bench": ["torch"],
