@@ -65,7 +65,8 @@ def test_readme_is_a_front_page():
   text = _read("README.md")
   words = len(re.sub(r"```.*?```", "", text, flags=re.S).split())
   assert words < 1300, words
-  for heading in ("## What it adds to Keras", "## Quick start", "## Results", "## Guides", "## Supported versions"):
+  for heading in ("## What it adds to Keras", "## Quick start", "## Results", "## Guides",
+                  "## Supported versions"):
     assert heading in text
   assert "<!-- fit() example: added by the Keras helper -->" in text
 
