@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from hypernet.data.base import ImageClassificationData
+from hypernet.data.digits import load_digits
+
+__all__ = ["ImageClassificationData", "load_classification", "load_digits"]
 
 
 def load_classification(config) -> ImageClassificationData:
@@ -15,7 +18,6 @@ def load_classification(config) -> ImageClassificationData:
     FileNotFoundError: IDX files missing (names the folder and how to get them).
   """
   if config.name == "digits":
-    from hypernet.data.digits import load_digits
     return load_digits(test_fraction=config.test_fraction)
   if config.name in ("fashion_mnist", "mnist"):
     from hypernet.data.idx import load_idx_dataset
