@@ -31,8 +31,12 @@ setup(
         "pillow",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
+        # matplotlib: tests of experiments/ plots; tensorflow-datasets: the tfds: data
+        # plug-in's test (offline, tfds.testing.mock_data).
+        "test": ["pytest", "matplotlib", "tensorflow-datasets"],
         "plots": ["matplotlib"],
+        # config.data.name = "tfds:NAME" (hypernet/data/plugins.py).
+        "tfds": ["tensorflow-datasets"],
         # benchmarks/: the PyTorch references of meta_bench.py and step_ratio.py.
         "bench": ["torch"],
     },
