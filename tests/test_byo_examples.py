@@ -36,3 +36,20 @@ def test_keras_fit_example_runs(tmp_path):
   accuracy = float(out.stdout.strip().rpartition(": ")[2])
   assert accuracy > 0.7, out.stdout[-2000:]
   assert (tmp_path / "best.keras").exists()
+
+
+def test_keras_guide_code_blocks_run():
+  """docs/keras.md's Python blocks, in order, as one script."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, "docs", "keras.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+  assert len(blocks) == 3
+  scope = {}
+  exec("\n".join(blocks), scope)  # pylint: disable=exec-used
+  assert scope["history"].history["val_accuracy"][-1] > 0.5
+  x = scope["x"][:50]
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  np.testing.assert_array_equal(scope["reloaded"].predict(x, verbose=0),
+                                scope["model"].predict(x, verbose=0))
+  assert {"accuracy", "accuracy_before"} <= set(scope["scores"])
+  assert scope["adapted_logits"].shape == (4, 10, 5)
