@@ -18,7 +18,7 @@ from hypernet.data import episodes
 from hypernet.data.digits import load_digits
 from hypernet.keras import HyperModel, MetaModel
 from hypernet.meta import conv4, inner_loop, meta_batch
-from hypernet.training import loop, models
+from hypernet.training import distribute, loop, models
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -41,6 +41,14 @@ def _cnn(**kwargs):
 def _chunked(target, **kwargs):
   return HyperModel(target, "chunked", targets="*", hypernetwork_args=dict(
       chunk_size=256, chunk_emb_dim=8, hidden=(8,)), **kwargs)
+
+
+def _mirrored():
+  """MirroredStrategy over the two logical CPUs: the one the Trainer caches (separate
+  instances in one process collide in their collective-op keys)."""
+  strategy = distribute.get_strategy("mirrored")
+  assert strategy.num_replicas_in_sync == 2
+  return strategy
 
 
 def _values(variables):
@@ -157,13 +165,12 @@ def test_mirrored_strategy_follows_one_device(digits):
   data = tf.data.Dataset.from_tensor_slices((x[:512], y[:512])).batch(64)
   results = []
   for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
-                   tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])):
+                   _mirrored()):
     with strategy.scope():
       keras.utils.set_random_seed(3)
       model = HyperModel(_cnn(), "mlp", targets="conv*/kernel,head/kernel",
                          hypernetwork_args=dict(hidden=(16,)), seed=3)
       model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=CE)
-    assert strategy.num_replicas_in_sync == len(strategy.extended.worker_devices)
     history = model.fit(data, epochs=2, verbose=0)
     results.append((_values(model.trainable_weights), history.history["loss"]))
   (one, loss_one), (two, loss_two) = results
@@ -255,7 +262,10 @@ def test_meta_model_fit_evaluate_predict_save_load(tmp_path, digits):
   keras.utils.set_random_seed(6)
   model = MetaModel(_conv4(), "metasgd", learner_args=dict(inner_lr=0.4))
   assert len(model.trainable_weights) == 2 * len(model.target.trainable_weights)  # + rates
+  with pytest.raises(ValueError, match="the loss is the learner's"):
+    model.compile(optimizer="adam", loss="mse")
   model.compile(optimizer=keras.optimizers.Adam(3e-3))
+  assert model.jit_compile is False  # Not Keras' "auto" (XLA on a GPU).
   train, test = _episodes(digits, seed=0), _episodes(digits, seed=1).take(4).cache()
   history = model.fit(train, steps_per_epoch=15, epochs=2, validation_data=test, verbose=0,
                       callbacks=[keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras")),
@@ -287,7 +297,7 @@ def test_meta_model_mirrored_step_equals_one_device(digits):
   batch = next(iter(_episodes(digits)))
   results = []
   for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
-                   tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])):
+                   _mirrored()):
     with strategy.scope():
       keras.utils.set_random_seed(7)
       model = MetaModel(_conv4(), "maml", learner_args=dict(inner_lr=0.4))

@@ -361,6 +361,19 @@ class MetaModel(keras.Model):
                            names + [f"{n}_before" for n in names]}
     self.built = True
 
+  def compile(self, optimizer="adam", **kwargs):
+    """``keras.Model.compile`` with XLA off unless asked for (``jit_compile=True``):
+    Keras' ``"auto"`` would compile on a GPU, and second-order meta-gradients of conv /
+    max-pool blocks under XLA differed from the float64 reference by up to 6e-3 relative
+    (:mod:`hypernet.meta.meta_batch`); the fused CPU block kernel does not compile."""
+    if kwargs.get("jit_compile", "auto") == "auto":
+      kwargs["jit_compile"] = False
+    if "loss" in kwargs and kwargs["loss"] is not None:
+      raise ValueError("MetaModel.compile(loss=...): the loss is the learner's "
+                       f"({self.loss_name!r}, MetaModel(loss=...)); compile with an "
+                       "optimizer only.")
+    super().compile(optimizer=optimizer, **kwargs)
+
   @property
   def trainable_weights(self):
     """The target's trainable weights the learner reads (not a zero-initialised or
