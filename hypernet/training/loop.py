@@ -349,7 +349,9 @@ def _check_before_building(config) -> None:
   if omniglot:
     from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
     meta_tasks.omniglot_dir(config)
-  if config.hypernet.kind == "none":
+  plugins = config_lib.is_plugin_value("model.name", config.model.name) or \
+      config_lib.is_plugin_value("data.name", config.data.name)
+  if config.hypernet.kind == "none" and not plugins:  # (Plug-ins: checked here, unbuilt.)
     return
   if config.task in ("classification", "multitask_classification") or (
       config.task == "continual" and config.continual.method == "hnet"):
