@@ -4,9 +4,14 @@
   ``workdir/lock``: the kernel drops it when the process ends in any way (``kill -9``
   included), so a crashed job never leaves a stale lock behind.
 * :class:`SignalCatcher` -- records SIGTERM / SIGINT instead of dying, so the train loop
-  can finish the current chunk of steps, save a checkpoint and then exit *by the same
-  signal* (exit status -15 / KeyboardInterrupt), as schedulers expect.
+  can finish the current chunk of steps, agree on the stop step with the other workers,
+  save a checkpoint and exit: SIGTERM with status 143 (:class:`Preempted`), SIGINT by
+  ``KeyboardInterrupt`` (status 130 from the command line).
 * :func:`resolve_checkpoint` -- the latest or a named checkpoint of a workdir.
+* :func:`restore_candidates` / :func:`set_aside` -- the checkpoints a resume may use,
+  newest first, and where an unreadable one is moved (``checkpoints/unreadable/``).
+* :class:`Preempted` / :class:`PeerLost` -- how a run that can be resumed ends: a
+  ``SystemExit`` with status :data:`EXIT_RESTART` (143), after exit handlers ran.
 
 Checkpoints themselves are written by ``tf.train.CheckpointManager``: the data and index
 files are complete before the ``checkpoint`` state file is atomically replaced to name
@@ -27,6 +32,37 @@ from absl import logging
 import tensorflow as tf
 
 LOCK_NAME = "lock"
+# The exit status of a run that stopped early and resumes when rerun with the same command
+# (preempted by SIGTERM on any worker, or a lost peer worker): 128 + SIGTERM, what a shell
+# reports for a process ended by SIGTERM and what TensorFlow's PreemptionCheckpointHandler
+# exits with on GCE (failure_handling_util._RESTARTABLE_EXIT_CODE). A bug or a user error
+# exits 1.
+EXIT_RESTART = 143
+UNREADABLE_DIR = "unreadable"
+
+
+class Preempted(SystemExit):
+  """A stop asked for by SIGTERM (on this or another worker): every worker stopped at the
+  same step, the chief saved it, rerunning the same command resumes there.
+
+  A ``SystemExit`` with code :data:`EXIT_RESTART`: uncaught, it ends the process with
+  status 143 and no traceback, after exit handlers ran. ``str()`` is the one-line reason.
+  Attributes: ``step`` (the step saved), ``checkpoint`` (its path in the workdir).
+  """
+
+  def __init__(self, message: str, step: Optional[int] = None,
+               checkpoint: Optional[str] = None):
+    super().__init__(EXIT_RESTART)
+    self.message, self.step, self.checkpoint = message, step, checkpoint
+
+  def __str__(self):
+    return self.message
+
+
+class PeerLost(Preempted):
+  """Another worker of a multi-worker run stopped answering (killed, preempted, its
+  machine lost): this worker stops too. Rerunning the same command on every worker
+  resumes from the chief's latest checkpoint (``checkpoint``). Exit status 143."""
 
 
 class WorkdirInUseError(RuntimeError):
@@ -133,10 +169,13 @@ class SignalCatcher:
   """Records termination signals so that training can checkpoint before exiting.
 
   Inside ``with SignalCatcher() as signals:`` a SIGTERM or SIGINT only sets
-  ``signals.received`` (the first signal number); the train loop polls it between chunks
-  of steps, saves a checkpoint and calls :meth:`exit_by_signal`. A *second* signal of the
-  same kind restores the previous handler and re-delivers it at once (Ctrl-C twice
-  forces an exit without waiting for the checkpoint).
+  ``signals.received`` (the first signal number); the train loop shares it with the
+  other workers between chunks of steps, saves a checkpoint and then raises
+  :class:`Preempted` (SIGTERM) or calls :meth:`exit_by_signal` (SIGINT). A *second*
+  signal of the same kind before the stop restores the previous handler and re-delivers
+  it at once (Ctrl-C twice forces an exit without waiting for the checkpoint); once the
+  checkpoint is saved, :meth:`ignore_further_sigterm` keeps a late SIGTERM from cutting
+  the exit short.
 
   Python runs signal handlers in the main thread between bytecodes, so the flag is set
   when the running ``tf.function`` chunk returns: the reaction time is one chunk of steps
@@ -186,6 +225,15 @@ class SignalCatcher:
   def __exit__(self, *exc):
     self._restore()
 
+  def ignore_further_sigterm(self) -> None:
+    """After the stop's checkpoint: a SIGTERM until the process exits is logged and
+    ignored (a scheduler that signals every worker of a job reaches some of them while
+    they exit), so the exit status stays :data:`EXIT_RESTART`."""
+    if self.enabled and signal.SIGTERM in self.signals:
+      signal.signal(signal.SIGTERM, lambda signum, frame: logging.warning(
+          "SIGTERM while exiting: the checkpoint is saved, exiting with status %d.",
+          EXIT_RESTART))
+
   def exit_by_signal(self) -> None:
     """Restores the previous handlers and re-delivers the received signal to this process.
 
@@ -234,3 +282,57 @@ def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -
     present = list(state.all_model_checkpoint_paths) if state else []
     raise FileNotFoundError(f"Checkpoint {path} does not exist; present: {present}.")
   return path
+
+
+def _step_of(prefix: str) -> int:
+  tail = os.path.basename(prefix).rsplit("-", 1)[-1]
+  return int(tail) if tail.isdigit() else -1
+
+
+def restore_candidates(folder: str) -> list:
+  """The checkpoints a resume may use, newest first: ``[(prefix, problem)]``.
+
+  Those the ``checkpoint`` state file lists and those whose ``ckpt-N.index`` file is in
+  ``folder`` (a state file naming deleted checkpoints must not hide the older ones).
+  ``problem`` is ``None``, or ``"missing"`` when the index or data files are gone.
+  """
+  state = tf.train.get_checkpoint_state(folder)
+  named = list(state.all_model_checkpoint_paths) if state else []
+  if state and state.model_checkpoint_path:
+    named.append(state.model_checkpoint_path)
+  named = [p if os.path.isabs(p) or "://" in p else os.path.join(folder, p) for p in named]
+  found = [f[:-len(".index")] for f in tf.io.gfile.glob(os.path.join(folder, "ckpt-*.index"))]
+  prefixes = {os.path.join(folder, os.path.basename(p)) for p in named + found}
+  out = []
+  for p in sorted(prefixes, key=_step_of, reverse=True):
+    whole = tf.io.gfile.exists(p + ".index") and tf.io.gfile.glob(p + ".data-*")
+    out.append((p, None if whole else "missing"))
+  return out
+
+
+def set_aside(prefix: str) -> str:
+  """Moves the files of checkpoint ``prefix`` into ``<its folder>/unreadable/`` (kept for
+  inspection, out of the way of resumes and of ``CheckpointManager``'s rotation);
+  returns the new prefix."""
+  folder = os.path.join(os.path.dirname(prefix), UNREADABLE_DIR)
+  tf.io.gfile.makedirs(folder)
+  name = os.path.basename(prefix)
+  target, n = os.path.join(folder, name), 1
+  while tf.io.gfile.glob(target + ".*"):
+    n += 1
+    target = os.path.join(folder, f"{name}.{n}")
+  for f in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.rename(f, target + f[len(prefix):])
+  return target
+
+
+def write_state(folder: str, prefixes: Sequence[str]) -> None:
+  """Rewrites ``folder/checkpoint`` to list ``prefixes`` (oldest first; the last is the
+  latest), or removes it when there are none."""
+  path = os.path.join(folder, "checkpoint")
+  if not prefixes:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+    return
+  tf.compat.v1.train.update_checkpoint_state(
+      folder, prefixes[-1], all_model_checkpoint_paths=list(prefixes))
