@@ -226,13 +226,13 @@ class SignalCatcher:
     self._restore()
 
   def ignore_further_sigterm(self) -> None:
-    """After the stop's checkpoint: a SIGTERM until the process exits is logged and
-    ignored (a scheduler that signals every worker of a job reaches some of them while
-    they exit), so the exit status stays :data:`EXIT_RESTART`."""
+    """After the stop's checkpoint: SIGTERM is ignored until the process exits (a
+    scheduler that signals every worker of a job reaches some of them while they exit),
+    so the exit status stays :data:`EXIT_RESTART`. ``SIG_IGN``, not a Python handler:
+    Python resets its own handlers to the default when it finalises, while TensorFlow's
+    runtime still shuts down."""
     if self.enabled and signal.SIGTERM in self.signals:
-      signal.signal(signal.SIGTERM, lambda signum, frame: logging.warning(
-          "SIGTERM while exiting: the checkpoint is saved, exiting with status %d.",
-          EXIT_RESTART))
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
   def exit_by_signal(self) -> None:
     """Restores the previous handlers and re-delivers the received signal to this process.

@@ -204,11 +204,13 @@ class Trainer:
         max_to_keep=self.config.checkpoint_keep if self.is_chief else 1)
 
   def _agree_fn(self, flags):
-    def replica_fn(f):
+    def replica_fn(f):  # (A float tensor made on the replica's device: the collective
+      # all-reduce refuses an int32 constant placed nowhere.)
+      f = tf.cast(f, tf.float32)
       return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, f)
     summed = self.strategy.experimental_local_results(
         self.strategy.run(replica_fn, args=(flags,)))[0]
-    return summed // (self.num_replicas // len(self.cluster))  # Per worker, not replica.
+    return summed / (self.num_replicas // len(self.cluster))  # Per worker, not replica.
 
   def agree_stop(self, signum: Optional[int]) -> List[int]:
     """Shares "a signal asked me to stop" with every worker (a collective: every worker
@@ -225,7 +227,7 @@ class Trainer:
       return [signum or 0]
     flags = [0] * len(self.cluster)
     flags[self.task_slot] = int(signum or 0)
-    return [int(v) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
+    return [int(round(float(v))) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
 
   def save(self, step: int) -> str:
     """Saves checkpoint ``ckpt-<step>`` (on every worker: it may need collectives).
