@@ -23,9 +23,13 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
   first bad step and the first non-finite tensor (found by replaying that step from the
   last checkpoint), before anything from that step is saved; with
   ``config.fault.nonfinite="skip"`` the bad step is skipped instead;
-* SIGTERM / SIGINT: the current chunk finishes, a checkpoint is saved and the process
-  exits by the same signal; a second job on the same workdir is refused
-  (:mod:`hypernet.training.checkpoints`);
+* SIGTERM / SIGINT: the current chunk finishes, every worker learns of the signal at the
+  same chunk boundary (:meth:`Trainer.agree_stop`), all stop at that step, the chief's
+  checkpoint of it is saved and the run ends with :class:`~hypernet.training.checkpoints.
+  Preempted` (exit status 143: rerun to resume) or ``KeyboardInterrupt``; a lost peer
+  worker ends it with one line and :class:`~hypernet.training.checkpoints.PeerLost`
+  (143); a resume skips unreadable checkpoints; a second job on the same workdir is
+  refused (:mod:`hypernet.training.checkpoints`);
 * every ``config.summaries.every`` steps the model summaries of
   :class:`hypernet.training.summaries.ModelSummaries` (histograms, kernel images, norms) and an
   optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
@@ -177,7 +181,8 @@ class Trainer:
     self.cluster = distribute.cluster_tasks(self.strategy)
     own = distribute.task_info(self.strategy)
     self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
-    self.multi_worker = len(self.cluster) > 1
+    self.multi_worker = len(self.cluster) > 1 and isinstance(
+        self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
     self._agree = tf.function(self._agree_fn)
     self.restored_from: Optional[str] = None  # Set by restore().
     self.jit = _use_jit(config)
@@ -637,9 +642,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
       first non-finite tensor).
 
-  On SIGTERM / SIGINT (``config.fault.handle_signals``) a checkpoint is saved and the
-  signal is re-delivered once the lock is released: SIGTERM ends the process, SIGINT
-  raises ``KeyboardInterrupt``. Rerunning the same command resumes.
+  Raises (ending the run early; rerunning the same command on every worker resumes):
+    Preempted (a ``SystemExit`` with status 143): SIGTERM reached this or another worker
+      (``config.fault.handle_signals``); every worker stopped at the same step and the
+      chief saved it. SIGINT on this worker raises ``KeyboardInterrupt`` instead.
+    PeerLost (a ``Preempted``): another worker of a multi-worker run is gone; the one-line
+      message names it and the checkpoint the rerun resumes from.
+    WorkdirWriteError: a checkpoint or other file could not be written (disk full, no
+      permission); names the folder, the previous checkpoint is kept.
+
+  A signal during the last chunk lets the run finish (and return).
   """
   from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
@@ -663,9 +675,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       raise
   if "stop_message" not in result:
     return result
-  catcher.ignore_further_sigterm()
   if catcher.received == signal.SIGINT:
     catcher.exit_by_signal()  # KeyboardInterrupt (exit status 130 from the command line).
+  catcher.ignore_further_sigterm()
   raise checkpoints.Preempted(result["stop_message"], result["step"], result["checkpoint"])
 
 
