@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -327,12 +328,41 @@ def set_aside(prefix: str) -> str:
 
 
 def write_state(folder: str, prefixes: Sequence[str]) -> None:
-  """Rewrites ``folder/checkpoint`` to list ``prefixes`` (oldest first; the last is the
-  latest), or removes it when there are none."""
+  """Rewrites ``folder/checkpoint`` (``CheckpointManager``'s state file) to list
+  ``prefixes`` (oldest first; the last is the latest), or removes it when there are
+  none. Written to a temporary file, then renamed over the old one."""
   path = os.path.join(folder, "checkpoint")
   if not prefixes:
     if tf.io.gfile.exists(path):
       tf.io.gfile.remove(path)
     return
-  tf.compat.v1.train.update_checkpoint_state(
-      folder, prefixes[-1], all_model_checkpoint_paths=list(prefixes))
+  names = [os.path.basename(p) for p in prefixes]
+  # With timestamps (in order, after last_preserved_timestamp), or CheckpointManager
+  # would not count the listed checkpoints for its rotation.
+  now = time.time()
+  text = (f'model_checkpoint_path: "{names[-1]}"\n'
+          + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
+          + "".join(f"all_model_checkpoint_timestamps: {now - len(names) + i:.3f}\n"
+                    for i in range(len(names)))
+          + f"last_preserved_timestamp: {now - len(names) - 1:.3f}\n")
+  with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def unreadable(prefix: str) -> Optional[str]:
+  """Why checkpoint ``prefix`` cannot be read, or ``None`` when every saved tensor reads
+  back (TensorFlow checks each one's checksum as it reads it). Reads the checkpoint
+  without restoring it, so that a bad one leaves the model untouched: a truncated data
+  file raises ``IndexError``, flipped bytes an ``OpError`` ("Checksum does not
+  match")."""
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except (tf.errors.OpError, IndexError, ValueError) as e:
+    text = str(getattr(e, "message", "") or e).strip()
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
+    return f"unreadable ({type(e).__name__}: {line[:300]})"
+  return None

@@ -363,12 +363,10 @@ class Trainer:
         tf.io.gfile.rmtree(partial)
     skipped = []
     for path, problem in candidates:
+      problem = problem or checkpoints.unreadable(path)
       if problem is None:
         try:
           self.checkpoint.restore(path).assert_existing_objects_matched()
-        except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError,
-                IndexError) as e:  # Corrupt files: a truncated data file is an IndexError.
-          problem = f"unreadable ({type(e).__name__}: {_first_line(e)})"
         except (ValueError, AssertionError, tf.errors.OpError) as e:
           changed = config_changes(self.workdir, self.config)
           raise config_lib.ConfigError(
@@ -377,9 +375,8 @@ class Trainer:
               f"with that run's config (saved in {os.path.join(self.workdir, 'config.json')}"
               f"), or train in a new --workdir. [{type(e).__name__}: {_first_line(e)}]"
           ) from e
-        else:
-          self.restored_from = path
-          break
+        self.restored_from = path
+        break
       where = ""
       if self.is_chief and problem != "missing":
         where = f"; moved to {checkpoints.set_aside(path)}"
