@@ -3,6 +3,9 @@
 Both must end with identical parameters and state (dropout masks differ per worker,
 BatchNorm statistics are all-reduced), and only the chief writes checkpoints, events
 and metrics into its workdir; the other worker's temporary checkpoint folder is removed.
+Faults (slow): SIGTERM to either or both workers and kill -9 of either, each followed by
+the same command, lose nothing beyond the chunk in flight and end bitwise equal to an
+uninterrupted run (docs/distributed.md, "Preemption, lost workers and restarts").
 """
 import json
 import os

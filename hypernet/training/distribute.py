@@ -148,7 +148,7 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 def cluster_tasks(strategy: tf.distribute.Strategy) -> List[Tuple[str, int, str]]:
   """``[(type, index, address)]`` of the tasks that train, chief first, then the workers
   by index (``[]`` outside a cluster). A task's position in this list is its slot in
-  :meth:`hypernet.train_lib.Trainer.agree_stop`."""
+  :meth:`hypernet.training.loop.Trainer.agree_stop`."""
   resolver = strategy.cluster_resolver
   cluster = (resolver.cluster_spec().as_dict() if resolver is not None
              else _tf_config().get("cluster", {}))

@@ -638,17 +638,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     WorkdirInUseError: another live job holds ``workdir``.
     NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
       first non-finite tensor).
-
-  Raises (ending the run early; rerunning the same command on every worker resumes):
-    Preempted (a ``SystemExit`` with status 143): SIGTERM reached this or another worker
+    Preempted: a ``SystemExit`` with status 143 (rerun the same command on every worker
+      to resume): SIGTERM reached this or another worker
       (``config.fault.handle_signals``); every worker stopped at the same step and the
-      chief saved it. SIGINT on this worker raises ``KeyboardInterrupt`` instead.
-    PeerLost (a ``Preempted``): another worker of a multi-worker run is gone; the one-line
-      message names it and the checkpoint the rerun resumes from.
+      chief saved it. SIGINT on this worker raises ``KeyboardInterrupt`` instead. A
+      signal during the last chunk lets the run finish (and return).
+    PeerLost: a ``Preempted`` (status 143): another worker of a multi-worker run is
+      gone; the one-line message names it and the checkpoint the rerun resumes from.
     WorkdirWriteError: a checkpoint or other file could not be written (disk full, no
       permission); names the folder, the previous checkpoint is kept.
-
-  A signal during the last chunk lets the run finish (and return).
   """
   from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
