@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import inspect
 import re
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -173,6 +174,14 @@ def _replica_seed(path: str, variable):
   return value + tf.stack([offset, tf.zeros_like(offset)])
 
 
+def _takes_training(model) -> bool:
+  """Whether ``model.call`` names a ``training`` argument (Keras passes it only then)."""
+  try:
+    return "training" in inspect.signature(model.call).parameters
+  except (TypeError, ValueError):
+    return True
+
+
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
                     return_losses: bool = False,
@@ -266,7 +275,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
         for p, v in trainable.items()]
   ntv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else _replica_seed(p, v)
          for p, v in non_trainable.items()]
-  if training is not None and getattr(model, "_call_has_training_arg", True):
+  if training is not None and _takes_training(model):
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()), second_order.exact_moments_scope(), \
