@@ -286,8 +286,10 @@ def _install() -> None:
   if _unavailable is not None:
     return
   try:
-    _original_pool_call = compat.install_dispatcher(
+    original = compat.install_dispatcher(
         keras.layers.MaxPooling2D, "call", _dispatching_pool_call, ["self", "inputs"])
+    if _original_pool_call is None:
+      _original_pool_call = original
   except compat.UnsupportedVersionError as e:
     _unavailable = str(e)
     compat.warn_once("norm_relu_pool", "%s; BatchNorm -> ReLU -> max-pool blocks run on "

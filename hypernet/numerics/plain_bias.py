@@ -110,8 +110,11 @@ def _dispatching_add(x1, x2):
     return _original_add(x1, x2)
   x1 = keras.ops.convert_to_tensor(x1, dtype)
   x2 = keras.ops.convert_to_tensor(x2, dtype)
-  if _bias_axis(x1, x2) is None:
+  axis = _bias_axis(x1, x2)
+  if axis is None:
     return _original_add(x1, x2)
+  if axis == x1.shape.rank - 1:  # a [C] vector (fused_norm takes conv + bias apart)
+    x2 = tf.reshape(x2, [-1])
   return tf.add(x1, x2)  # what Keras' bias_add computes, as a broadcast add
 
 
@@ -124,7 +127,9 @@ def _install() -> None:
     return
   try:
     module = compat.keras_backend("numpy", "add")
-    _original_add = compat.install_dispatcher(module, "add", _dispatching_add, ["x1", "x2"])
+    original = compat.install_dispatcher(module, "add", _dispatching_add, ["x1", "x2"])
+    if _original_add is None:  # (kept when replaced, e.g. by a test's simulation)
+      _original_add = original
   except compat.UnsupportedVersionError as e:
     _unavailable = str(e)
   else:

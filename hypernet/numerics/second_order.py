@@ -202,9 +202,11 @@ def _install() -> None:
   if _moments_module is None:
     nn = compat.keras_backend("nn", "moments")
     _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
-  _original_compute_moments = install_dispatcher(
+  original = install_dispatcher(
       _moments_module, "_compute_moments", _dispatching_compute_moments,
       ["x", "axes", "keepdims"])
+  if _original_compute_moments is None:
+    _original_compute_moments = original
   compat.possible_gradient_types()  # its canary first: the moments canary relies on it
   reason = compat.run_canary("moments", _moments_canary)
   if reason is not None:
