@@ -141,7 +141,16 @@ def keras_backend(name: str, function: str):
 def defining_module(fn):
   """The module whose globals ``fn`` reads (where a function it calls by name can be
   replaced)."""
-  return sys.modules[fn.__module__]
+  module = sys.modules.get(getattr(fn, "__module__", None) or "")
+  namespace = getattr(fn, "__globals__", None)
+  if module is not None and (namespace is None or vars(module) is namespace):
+    return module
+  for candidate in list(sys.modules.values()):  # registered under another name
+    if candidate is not None and getattr(candidate, "__dict__", None) is namespace:
+      return candidate
+  raise UnsupportedVersionError(
+      f"Keras {keras.__version__}: cannot find the module of {fn!r}; install a Keras "
+      "version hypernet supports (README, 'Supported versions').")
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,8 +312,10 @@ def install_dispatcher(owner, name: str, dispatcher: Callable,
           f"Keras {keras.__version__} has no {where}, which hypernet replaces inside its "
           "calls; install a Keras version hypernet supports (README, 'Supported versions').")
     if parameters is not None:
-      got = list(inspect.signature(current).parameters)
-      if got != list(parameters):
+      found = inspect.signature(current).parameters.values()
+      got = [p.name for p in found]
+      variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in found)
+      if got != list(parameters) and not variadic:  # (a wrapper's *args: cannot tell)
         raise UnsupportedVersionError(
             f"Keras {keras.__version__}'s {where} takes ({', '.join(got)}), not "
             f"({', '.join(parameters)}) as hypernet expects; install a Keras version "
