@@ -34,7 +34,7 @@ def fresh_canaries(monkeypatch):
   """Runs each canary again after the test's simulation, and once more afterwards with
   the real hooks; the modules' fallback flags are restored."""
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
-           "instance_call", "optimizer_sum", "sublayers", "trace_root"]
+           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -252,6 +252,21 @@ def test_trace_root_failure_warns_and_keeps_one_root(monkeypatch, fresh_canaries
   with caplog.at_level(logging.WARNING):
     assert compat.trace_root() is None
   assert "cannot tell traces apart" in caplog.text
+
+
+def test_seed_state_layout_change_raises_under_replicas(monkeypatch, fresh_canaries):
+  # A Keras that names or lays out the seed state differently: replicas would draw the
+  # same dropout masks without a word.
+  assert compat._seed_state_canary() is None  # pylint: disable=protected-access
+  real = keras.random.SeedGenerator.__init__
+
+  def renamed(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    self.state.assign(tf.reverse(self.state, [0]))  # [counter, seed]
+
+  monkeypatch.setattr(keras.random.SeedGenerator, "__init__", renamed)
+  with pytest.raises(compat.UnsupportedVersionError, match="same dropout masks"):
+    compat.check_seed_state()
 
 
 # --- public names instead of private ones --------------------------------------------

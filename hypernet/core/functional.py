@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import keras
 import tensorflow as tf
 
-from hypernet.numerics import fused_norm, second_order
+from hypernet.numerics import compat, fused_norm, second_order
 from hypernet.core import ops, weight_roles
 from hypernet.core.paths import _check_built, _relative_path, variable_paths  # pylint: disable=unused-import
 
@@ -273,6 +273,9 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   arg_of = lambda p: "state" if p in state_paths else "weights"
   tv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else v
         for p, v in trainable.items()]
+  ctx = tf.distribute.get_replica_context()
+  if ctx is not None and ctx.num_replicas_in_sync > 1:
+    compat.check_seed_state()  # how _replica_seed finds the seed states
   ntv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else _replica_seed(p, v)
          for p, v in non_trainable.items()]
   if training is not None and _takes_training(model):

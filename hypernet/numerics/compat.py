@@ -541,3 +541,33 @@ def switch_off_optimizer_sum(optimizer) -> None:
         "hypernet's train step sums them itself and would sum twice: install a Keras "
         "version hypernet supports (README, 'Supported versions').")
   optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+
+
+def _seed_state_canary() -> Optional[str]:
+  generator = keras.random.SeedGenerator(7)
+  state = generator.state
+  if not state.path.endswith("seed_generator_state") or tuple(state.shape) != (2,):
+    return f"a SeedGenerator's state is {state.path!r} of shape {tuple(state.shape)}"
+  before = state.numpy().tolist()
+  keras.random.uniform([2], seed=generator)
+  after = state.numpy().tolist()
+  if before[0] != after[0] or before[1] == after[1] or before[0] != 7:
+    return f"a draw takes the state from {before} to {after}, not [7, c] to [7, c']"
+  return None
+
+
+def check_seed_state() -> None:
+  """Raises unless Keras' seed generators keep their state as a variable named
+  ``seed_generator_state`` laid out ``[seed, counter]`` (how ``functional_call`` gives
+  each ``tf.distribute`` replica its own dropout stream). Canary: a ``SeedGenerator(7)``
+  has it, and a draw changes the counter only. Called inside multi-replica calls only.
+
+  Raises:
+    UnsupportedVersionError: otherwise (every replica would draw the same masks).
+  """
+  reason = run_canary("seed_state", _seed_state_canary)
+  if reason is not None:
+    raise UnsupportedVersionError(
+        f"Keras {keras.__version__} keeps random-seed state differently ({reason}), so "
+        "replicas would draw the same dropout masks; install a Keras version hypernet "
+        "supports (README, 'Supported versions').")
