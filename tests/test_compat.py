@@ -434,6 +434,17 @@ def test_exact_moments_decided_by_the_trace_not_by_its_caller():
     first = float(second_derivative(tf.constant(0.2)))
   assert first == pytest.approx(EXACT, abs=1e-6)
   assert float(second_derivative(tf.constant(0.2))) == pytest.approx(EXACT, abs=1e-6)
+  # Exact moments entered eagerly do reach a trace (exact is right in every trace).
+  layer = keras.layers.LayerNormalization(epsilon=1e-3)
+  plain = tf.function(lambda x: layer(x), autograph=False)
+  a = tf.constant(0.2)
+  with second_order.exact_moments_scope(), tf.GradientTape() as t2:
+    t2.watch(a)
+    with tf.GradientTape() as t1:
+      t1.watch(a)
+      f = tf.reduce_sum(plain(tf.stack([a, 0.5, -1.0])[None])[0] * [0.3, -1.2, 0.7])
+    g = t1.gradient(f, a)
+  assert float(t2.gradient(g, a)) == pytest.approx(EXACT, abs=1e-6)
 
 
 def test_first_functional_call_with_overrides_on_batch_norm_runs_the_fused_kernel():

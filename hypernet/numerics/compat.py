@@ -228,8 +228,12 @@ class Switch:
   the traced function.
   """
 
-  def __init__(self, name: str):
+  def __init__(self, name: str, eager_reaches_traces: bool = False):
+    """``eager_reaches_traces``: entries made eagerly count inside traces too, for a
+    switch whose "on" is right in every trace (exact moments: the same values and first
+    derivatives, exact second ones), so that a trace made under it is never wrong."""
     self.name = name
+    self.eager_reaches_traces = eager_reaches_traces
     self._local = threading.local()
 
   def _counts(self) -> Dict[int, int]:
@@ -257,6 +261,8 @@ class Switch:
       return 0
     root = trace_root()
     here = counts.get(id(root), 0)
+    if root is not None and self.eager_reaches_traces:
+      return here + counts.get(id(None), 0)
     if not here and root is not None and counts.get(id(None), 0):
       warn_once(f"switch:{self.name}", "%s was entered outside the tf.function being "
                 "traced, so it does not apply inside it (a trace is reused whatever the "

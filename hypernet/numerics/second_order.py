@@ -38,7 +38,8 @@ import tensorflow as tf
 
 from hypernet.numerics import compat
 
-_exact = compat.Switch("hypernet.numerics.second_order.exact_moments_scope()")
+_exact = compat.Switch("hypernet.numerics.second_order.exact_moments_scope()",
+                       eager_reaches_traces=True)
 _tapes_visible = compat.Switch("hypernet.numerics.second_order.all_tapes_visible()")
 _original_compute_moments = None
 _moments_module = None
