@@ -100,13 +100,6 @@ def _dispatching_compute_moments(x, axes, keepdims):
   return _original_compute_moments(x, axes, keepdims)
 
 
-def thread_count(switch: compat.Switch):
-  """``with thread_count(switch):`` turns ``switch`` on for the block, in this thread,
-  where it is entered (eagerly, or in the ``tf.function`` being traced): see
-  :class:`hypernet.numerics.compat.Switch`."""
-  return switch()
-
-
 def add_moment_gradients(dx: tf.Tensor, x: tf.Tensor, dmean, dvariance, n) -> tf.Tensor:
   """``dx`` plus the gradient through the batch moments of ``x`` ``[N, H, W, C]``:
   ``dmean / n`` and ``dvariance 2 (x - mean) / n`` (biased variance, ``n = N H W``),
@@ -137,13 +130,6 @@ def all_tapes_visible():
   exact. A context manager; it counts where it is entered (enter it inside the traced
   function: :class:`hypernet.numerics.compat.Switch`)."""
   return _tapes_visible()
-
-
-def install_dispatcher(owner, name: str, dispatcher, parameters=None):
-  """:func:`hypernet.numerics.compat.install_dispatcher` (how this module,
-  :mod:`hypernet.numerics.fused_norm`, :mod:`hypernet.numerics.plain_bias` and
-  :mod:`hypernet.numerics.norm_relu_pool` put their switches in place)."""
-  return compat.install_dispatcher(owner, name, dispatcher, parameters)
 
 
 # The docstring example: LayerNormalization(epsilon=1e-3) of [a, 0.5, -1] at a = 0.2,
@@ -203,7 +189,7 @@ def _install() -> None:
   if _moments_module is None:
     nn = compat.keras_backend("nn", "moments")
     _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
-  original = install_dispatcher(
+  original = compat.install_dispatcher(
       _moments_module, "_compute_moments", _dispatching_compute_moments,
       ["x", "axes", "keepdims"])
   if _original_compute_moments is None:
