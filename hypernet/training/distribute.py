@@ -33,6 +33,8 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from hypernet.numerics import compat
+
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 DTYPE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
@@ -300,17 +302,11 @@ def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.opti
     ``optimizer`` (modified in place).
 
   Raises:
-    RuntimeError: this Keras version has no per-replica gradient sum where expected
-      (the installed Keras changed; the test suite's exact two-replica gradient tests
-      show whether it still sums).
+    hypernet.numerics.compat.UnsupportedVersionError: this Keras version no longer sums
+      over replicas where expected (checked once: ``SGD.apply`` must reach the sum).
   """
   inner = getattr(optimizer, "inner_optimizer", optimizer)
-  if not callable(getattr(type(inner), "_all_reduce_sum_gradients", None)):
-    raise RuntimeError(
-        f"{type(inner).__name__} has no _all_reduce_sum_gradients: this Keras version "
-        f"({keras.__version__}) sums gradients differently; update "
-        "hypernet.training.distribute.apply_reduced_gradients.")
-  inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+  compat.switch_off_optimizer_sum(inner)
   return optimizer
 
 

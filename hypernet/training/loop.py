@@ -403,8 +403,7 @@ class Trainer:
     # A constant learning rate is a checkpointed variable; the config of the resumed
     # run wins (schedules are recomputed from the restored iteration count anyway).
     optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
-    if not isinstance(optimizer._learning_rate,  # pylint: disable=protected-access
-                      keras.optimizers.schedules.LearningRateSchedule):
+    if isinstance(optimizer.learning_rate, (keras.Variable, tf.Variable)):  # not a schedule
       optimizer.learning_rate = self.config.optim.lr
     if skipped and not replay:
       logging.warning("Resuming from %s, the newest readable checkpoint, at step %d (not "
