@@ -39,7 +39,6 @@ seeds 97.90% -> 97.49%), so those calls keep Keras' own ``add``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from typing import Iterator
 
@@ -54,9 +53,8 @@ _state = threading.local()
 _original_add = None
 
 
-@functools.lru_cache(maxsize=None)
 def _cpu_only() -> bool:
-  return devices.cpu_only()
+  return devices.cpu_kernels()  # Off on GPU/TPU (devices' table).
 
 
 def is_active() -> bool:
