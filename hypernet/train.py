@@ -8,9 +8,12 @@ rule: a later flag wins (a later ``--config`` replaces an earlier one, and every
 ``--config.FIELD`` override applies to it, in order). Rerunning the same command with
 the same workdir resumes from the latest checkpoint; rerunning a finished one prints its
 summary again. The run ends with a summary (test metrics, steps, wall time, where the
-results are, the TensorBoard command). Exit status: 0 done, 1 a user error (one line:
-the flag, field or file and what to do), 130 stopped by Ctrl-C (after saving a
-checkpoint). ``--verbosity=0`` shows TensorFlow's own log lines too.
+results are, the TensorBoard command). Exit status: 0 done; 1 a user error (one line:
+the flag, field, file or folder and what to do) or a bug (a traceback); 130 stopped by
+Ctrl-C (after saving a checkpoint); 143 stopped early, rerun the same command to resume
+(SIGTERM to any worker: every worker stopped at the same step and the chief saved it;
+or a lost peer worker: the rerun resumes from the chief's latest checkpoint), see
+docs/distributed.md. ``--verbosity=0`` shows TensorFlow's own log lines too.
 """
 import sys
 

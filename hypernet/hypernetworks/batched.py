@@ -328,7 +328,8 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
       examples). With ``shared_inputs=True`` they are ``[B, ...]``, run under every set.
       With ``per_example=True`` they are ``[S, ...]``: one example per weight set
       (dynamic hypernetworks, per-example weights).
-    shared_inputs, per_example: see ``inputs`` (not both).
+    shared_inputs: see ``inputs`` (not with ``per_example``).
+    per_example: see ``inputs`` (not with ``shared_inputs``).
     training: passed to the model (BatchNorm uses each set's own batch statistics).
     return_state: also return the new non-trainable state, ``{path: [S, ...]}`` (one
       state per weight set; e.g. average BatchNorm statistics over sets to share them).

@@ -243,7 +243,8 @@ def user_errors() -> tuple:
   Python traceback (``--traceback`` shows it)."""
   from hypernet.training import checkpoints, config_lib, export, loop  # pylint: disable=g-import-not-at-top
   return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-          checkpoints.WorkdirInUseError, loop.NonFiniteLossError, export.ExportPathError,
+          checkpoints.WorkdirInUseError, loop.NonFiniteLossError, loop.WorkdirWriteError,
+          export.ExportPathError,
           export.ExportConditionError)
 
 
