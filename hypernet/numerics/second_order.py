@@ -30,6 +30,7 @@ second-order learners refuse such targets (:func:`check_second_order`).
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from typing import Iterator, List, Tuple
 
@@ -198,6 +199,113 @@ def exact_moments_scope() -> Iterator[None]:
   _install()
   with thread_count(_state, "depth"):
     yield
+
+
+# -- Gradients that TensorFlow declares not differentiable ---------------------------------
+
+# Ops whose outputs do not change with their float inputs (a zero derivative is the exact
+# one), so a missing gradient function is not a lost term.
+_ZERO_DERIVATIVE_OPS = frozenset({"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank",
+                                  "BroadcastGradientArgs"})
+
+
+def _gradient_function_missing(op) -> bool:
+  """PRIVATE-API LOOKUP (the only one of this kind here): whether TensorFlow has no
+  gradient function for the graph op ``op``: registered as not differentiable
+  (``tf.no_gradient`` / ``ops.NotDifferentiable``: ``None``, e.g. ``ResizeBilinearGrad``)
+  or not registered at all (``LookupError``, e.g. ``ResizeNearestNeighborGrad``).
+  TensorFlow has no public lookup; ``get_gradient_function`` also honours
+  ``tf.custom_gradient``'s per-op overrides. Returns False where the lookup is
+  unavailable (another TensorFlow layout): the check then finds nothing."""
+  try:
+    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-import-not-at-top
+    lookup = tf_ops.get_gradient_function
+  except (ImportError, AttributeError):  # pragma: no cover
+    return False
+  try:
+    return lookup(op) is None
+  except LookupError:
+    return True
+
+
+def nondifferentiable_gradient_ops(loss: tf.Tensor, sources, grads) -> List["tf.Operation"]:
+  """The ops of a first derivative that a second derivative cannot go through.
+
+  ``grads = tape.gradient(loss, sources)`` taken inside a ``tf.function`` trace (symbolic
+  tensors of one graph). The backward part of the graph is the ancestors of ``grads``
+  that are not ancestors of ``loss``; an op there that depends on ``sources`` and has a
+  float output but no gradient function of its own (see :func:`_gradient_function_missing`)
+  makes every derivative of ``grads`` treat it as a constant: a second derivative through
+  it is silently 0 (not differentiable, e.g. ``tf.image.resize``'s bilinear gradient) or
+  fails. Ops inside the bodies of control flow (an RNN's backward ``While``) are not
+  inspected; their gradient functions exist.
+
+  Args:
+    loss: the scalar that was differentiated (symbolic).
+    sources: the tensors it was differentiated with respect to.
+    grads: ``tape.gradient(loss, sources)`` (entries may be ``None`` or ``IndexedSlices``).
+
+  Returns:
+    The offending ``tf.Operation``s sorted by name; ``[]`` when none, or when the tensors
+    are eager (no graph to inspect: trace the computation, see
+    :func:`hypernet.meta.inner_loop.inner_sgd`).
+  """
+  flat = []
+  for g in grads:
+    if isinstance(g, tf.IndexedSlices):
+      flat += [g.values, g.indices]
+    elif g is not None:
+      flat.append(g)
+  if not flat or not all(tf.is_symbolic_tensor(t) for t in flat + [loss]):
+    return []
+  forward, stack = set(), [loss.op]
+  while stack:
+    op = stack.pop()
+    if op not in forward:
+      forward.add(op)
+      stack.extend(t.op for t in op.inputs)
+  backward, stack = set(), [t.op for t in flat]
+  while stack:
+    op = stack.pop()
+    if op not in backward and op not in forward:
+      backward.add(op)
+      stack.extend(t.op for t in op.inputs)
+  region, depends = forward | backward, set()
+  stack = [c for s in sources if tf.is_symbolic_tensor(s) for c in s.consumers()]
+  while stack:
+    op = stack.pop()
+    if op not in depends and op in region:
+      depends.add(op)
+      stack.extend(c for t in op.outputs for c in t.consumers())
+  found = [op for op in backward & depends
+           if op.type not in _ZERO_DERIVATIVE_OPS
+           and any(t.dtype.is_floating for t in op.outputs)
+           and _gradient_function_missing(op)]
+  return sorted(found, key=lambda op: op.name)
+
+
+def layer_of_op(model: keras.layers.Layer, op_name: str) -> str:
+  """The path of the innermost layer of ``model`` whose name scope holds the op named
+  ``op_name`` (Keras opens one name scope per layer call; TensorFlow may add ``_1``...),
+  or ``""``."""
+  segments = op_name.split("/")
+  best = None
+  for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+    pattern = re.compile(re.escape(layer.name) + r"(_\d+)?")
+    for i, segment in enumerate(segments[:-1]):
+      if pattern.fullmatch(segment) and (best is None or i >= best[0]):
+        best = (i, getattr(layer, "path", layer.name))
+  return best[1] if best else ""
+
+
+def describe_nondifferentiable(model: keras.layers.Layer, found) -> str:
+  """One phrase per op of :func:`nondifferentiable_gradient_ops`: type, layer, op name."""
+  parts = []
+  for op in found:
+    layer = layer_of_op(model, op.name)
+    parts.append(f"{op.type} (in layer {layer!r}, op {op.name!r})" if layer
+                 else f"{op.type} (op {op.name!r})")
+  return "; ".join(dict.fromkeys(parts))
 
 
 # Layer classes whose gradient is defined with stop-gradients by their method, with why.
