@@ -260,3 +260,150 @@ def test_sparse_maml_meta_gradient_matches_finite_differences(compiled):
   table.assign(w0)
   analytic = float(np.sum(tf.convert_to_tensor(grads[0]).numpy() * v))
   assert abs(analytic - fd) <= 1e-7 * max(abs(fd), 1.0), (analytic, fd)
+
+
+# -- 4. layer constraints are applied to given weights ----------------------------------
+
+EPS = 1e-7  # keras.backend.epsilon(), which Keras' constraints add to the norm
+
+
+def _norm(w, axis):
+  return np.sqrt(np.sum(w * w, axis=axis, keepdims=True))
+
+
+BY_HAND = {
+    "NonNeg": lambda w: w * (w >= 0),
+    "MaxNorm": lambda w: w * np.clip(_norm(w, 0), 0, 0.7) / (EPS + _norm(w, 0)),
+    "UnitNorm": lambda w: w / (EPS + _norm(w, (0, 1, 2))),
+    "MinMaxNorm": lambda w: w * (0.6 * np.clip(_norm(w, 1), 0.5, 0.9)
+                                 + 0.4 * _norm(w, 1)) / (EPS + _norm(w, 1)),
+    None: lambda w: w,
+}
+
+
+def _constrained_target():
+  """Every constraint class on some weight: Dense kernel NonNeg / bias MaxNorm(0.7),
+  Conv2D kernel UnitNorm over its receptive field, Embedding rows MinMaxNorm."""
+  C = keras.constraints
+  ids = keras.Input((2,), dtype="int32", name="ids")
+  image = keras.Input((4, 4, 2), dtype=F64, name="image")
+  e = L.Embedding(5, 3, embeddings_constraint=C.MinMaxNorm(0.5, 0.9, rate=0.6, axis=1),
+                  name="emb", dtype=F64)(ids)
+  c = L.Conv2D(3, 3, kernel_constraint=C.UnitNorm(axis=[0, 1, 2]), activation="tanh",
+               name="conv", dtype=F64)(image)
+  h = L.Concatenate(dtype=F64)([L.Flatten(dtype=F64)(e), L.Flatten(dtype=F64)(c)])
+  out = L.Dense(2, kernel_constraint=C.NonNeg(), bias_constraint=C.MaxNorm(0.7, axis=0),
+                name="dense", dtype=F64)(h)
+  return keras.Model([ids, image], out)
+
+
+CONSTRAINED = {"emb/embeddings": "MinMaxNorm", "conv/kernel": "UnitNorm",
+               "dense/kernel": "NonNeg", "dense/bias": "MaxNorm"}
+
+
+def _constraint_case(seed=0):
+  keras.utils.set_random_seed(seed)
+  model = _constrained_target()
+  rng = np.random.default_rng(seed)
+  weights = {p: 1.5 * rng.normal(size=v.shape)
+             for p, v in functional.variable_paths(model, trainable=True).items()}
+  inputs = [tf.constant(rng.integers(0, 5, size=(3, 2)), tf.int32),
+            tf.constant(rng.normal(size=(3, 4, 4, 2)))]
+  return model, weights, inputs
+
+
+@MODES
+def test_constraints_project_given_weights_as_keras_would(compiled):
+  model, weights, inputs = _constraint_case()
+  assert np.any(weights["dense/kernel"] < 0)
+  call = lambda w, x: functional.functional_call(model, w, x)
+  call = tf.function(call) if compiled else call
+  out = call({p: tf.constant(w) for p, w in weights.items()}, inputs)
+  for p, w in weights.items():  # The reference: Keras' own call on hand-projected values.
+    functional.variable_paths(model)[p].assign(BY_HAND[CONSTRAINED.get(p)](w))
+  np.testing.assert_allclose(out.numpy(), model(inputs).numpy(), rtol=1e-12, atol=1e-14)
+
+
+@MODES
+def test_constraint_projection_is_differentiated(compiled):
+  """d(loss)/d(given weight) through the projection: against central finite differences
+  of the same loss with the projection done by hand in NumPy (away from its kinks)."""
+  model, weights, inputs = _constraint_case(1)
+  c = np.random.default_rng(2).normal(size=(3, 2))
+
+  def loss_fn(w):
+    with tf.GradientTape() as tape:
+      w = {p: tf.convert_to_tensor(t) for p, t in w.items()}
+      tape.watch(list(w.values()))
+      loss = tf.reduce_sum(c * functional.functional_call(model, w, inputs))
+    return loss, tape.gradient(loss, w)
+
+  fn = tf.function(loss_fn) if compiled else loss_fn
+  _, grads = fn(weights)
+  variables = functional.variable_paths(model)
+
+  def by_hand(w):
+    for p, t in w.items():
+      variables[p].assign(BY_HAND[CONSTRAINED.get(p)](t))
+    return float(np.sum(c * model(inputs).numpy()))
+
+  rng = np.random.default_rng(3)
+  for p in CONSTRAINED:
+    v = rng.normal(size=weights[p].shape)
+    h = 1e-6
+    plus = dict(weights, **{p: weights[p] + h * v})
+    minus = dict(weights, **{p: weights[p] - h * v})
+    fd = (by_hand(plus) - by_hand(minus)) / (2 * h)
+    analytic = float(np.sum(grads[p].numpy() * v))
+    assert abs(analytic - fd) <= 1e-7 * max(abs(fd), 1e-3), (p, analytic, fd)
+  # NonNeg: no gradient reaches the negative entries (they are held at 0).
+  assert np.all(grads["dense/kernel"].numpy()[weights["dense/kernel"] < 0] == 0)
+
+
+@pytest.mark.parametrize("parallel", ["vectorized_map", "map_fn"])
+def test_constraints_apply_to_generated_and_batched_weights(parallel):
+  """A hypernetwork's (batched) weight sets run constrained: each set equals a plain
+  Keras call on that set projected by hand."""
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(4)
+  C = keras.constraints
+  model = keras.Sequential([
+      keras.Input((4, 4, 2), dtype=F64),
+      L.Conv2D(3, 3, kernel_constraint=C.UnitNorm(axis=[0, 1, 2]), activation="tanh",
+               name="conv", dtype=F64),
+      L.Flatten(dtype=F64),
+      L.Dense(2, kernel_constraint=C.NonNeg(), bias_constraint=C.MaxNorm(0.7, axis=0),
+              name="dense", dtype=F64)])
+  rng = np.random.default_rng(4)
+  variables = functional.variable_paths(model, trainable=True)
+  sets = {p: tf.constant(1.5 * rng.normal(size=(2,) + tuple(v.shape)))
+          for p, v in variables.items()}
+  x = tf.constant(rng.normal(size=(3, 4, 4, 2)))
+  out = batched.batched_functional_call(model, sets, x, shared_inputs=True,
+                                        parallel=parallel)
+  for s in range(2):
+    for p, w in sets.items():
+      variables[p].assign(BY_HAND[CONSTRAINED.get(p)](w[s].numpy()))
+    np.testing.assert_allclose(out[s].numpy(), model(x).numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_maml_adapts_through_the_constraint():
+  """The inner loop's fast weights are projected in every call: one MAML step on a
+  NonNeg kernel equals the step computed by hand on the projected kernel."""
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((3,), dtype=F64),
+                            L.Dense(2, kernel_constraint=keras.constraints.NonNeg(),
+                                    use_bias=False, name="head", dtype=F64)])
+  w0 = np.array([[0.5, -0.4], [-0.2, 0.3], [0.1, -0.6]])
+  model.get_layer("head").kernel.assign(w0)
+  x = np.random.default_rng(0).normal(size=(4, 3))
+  y = np.random.default_rng(1).normal(size=(4, 2))
+  learner = inner_loop.MAML(model, "mse", inner_lr=0.1)
+  fast, _ = learner.adapt(tf.constant(x), tf.constant(y))
+  # By hand: L = mean((x P(w) - y)^2), dL/dw = mask * 2 x^T (x P(w) - y) / (4 * 2).
+  mask = (w0 >= 0).astype(float)
+  grad = mask * (2 * x.T @ (x @ (w0 * mask) - y) / y.size)
+  w1 = w0 - 0.1 * grad
+  np.testing.assert_allclose(fast["head/kernel"].numpy(), w1, rtol=1e-12)
+  out = functional.functional_call(model, fast, tf.constant(x))
+  np.testing.assert_allclose(out.numpy(), x @ (w1 * (w1 >= 0)), rtol=1e-12)
