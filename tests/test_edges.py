@@ -407,3 +407,89 @@ def test_maml_adapts_through_the_constraint():
   np.testing.assert_allclose(fast["head/kernel"].numpy(), w1, rtol=1e-12)
   out = functional.functional_call(model, fast, tf.constant(x))
   np.testing.assert_allclose(out.numpy(), x @ (w1 * (w1 >= 0)), rtol=1e-12)
+
+
+# -- 6. batched weight sets: every conv class works or names itself ---------------------
+
+CONV_CLASSES = {
+    "Conv1D": (lambda **k: L.Conv1D(3, 2, **k), (5, 2)),
+    "Conv1D_causal": (lambda **k: L.Conv1D(3, 2, padding="causal", **k), (5, 2)),
+    "Conv2D": (lambda **k: L.Conv2D(3, 2, strides=2, padding="same", **k), (5, 5, 2)),
+    "Conv2D_groups": (lambda **k: L.Conv2D(4, 2, groups=2, **k), (5, 5, 2)),
+    "Conv3D": (lambda **k: L.Conv3D(3, 2, **k), (4, 4, 4, 2)),
+    "DepthwiseConv1D": (lambda **k: L.DepthwiseConv1D(2, **k), (5, 2)),
+    "DepthwiseConv2D": (lambda **k: L.DepthwiseConv2D(2, depth_multiplier=2, **k), (5, 5, 2)),
+    "SeparableConv1D": (lambda **k: L.SeparableConv1D(3, 2, **k), (5, 2)),
+    "SeparableConv2D": (lambda **k: L.SeparableConv2D(3, 2, **k), (5, 5, 2)),
+    "Conv1DTranspose": (lambda **k: L.Conv1DTranspose(3, 2, **k), (5, 2)),
+    "Conv2DTranspose": (lambda **k: L.Conv2DTranspose(3, 2, strides=2, **k), (5, 5, 2)),
+    "Conv3DTranspose": (lambda **k: L.Conv3DTranspose(3, 2, **k), (4, 4, 4, 2)),
+}
+# Where tf.vectorized_map has a batched form (the documented table in docs/layers.md).
+VECTORISED = {
+    "grouped": {"Conv1D", "Conv1D_causal", "Conv2D", "Conv2D_groups", "DepthwiseConv1D",
+                "DepthwiseConv2D", "SeparableConv1D", "SeparableConv2D"},
+    "im2col": {"Conv2D", "DepthwiseConv1D", "DepthwiseConv2D"},
+}
+
+
+def _grouped_gradient_runs(dtype):
+  """The truth the probe must tell: a grouped convolution's gradient under a tape."""
+  x, k = tf.ones([1, 3, 3, 4], dtype), tf.ones([2, 2, 2, 2], dtype)
+  try:
+    with tf.GradientTape() as tape:
+      tape.watch([x, k])
+      y = tf.nn.conv2d(x, k, 1, "VALID")
+    return all(g is not None for g in tape.gradient(y, [x, k]))
+  except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+    return False
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_grouped_conv_probe_tells_whether_the_gradient_runs(dtype, monkeypatch):
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(batched, "_PROBED", {})
+  truth = _grouped_gradient_runs(tf.as_dtype(dtype))
+  assert batched.grouped_conv_available(dtype) == truth
+  monkeypatch.setattr(batched, "_PROBED", {})
+  traced = tf.function(lambda: tf.constant(batched.grouped_conv_available(dtype)))()
+  assert bool(traced) == truth
+
+
+@pytest.mark.parametrize("conv,dtype", [("auto", "float32"), ("grouped", "float32"),
+                                        ("im2col", "float32"), ("auto", "float64")])
+@pytest.mark.parametrize("name", sorted(CONV_CLASSES))
+def test_every_conv_class_batched_equals_a_loop_or_names_the_layer(name, conv, dtype):
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(0)
+  make, shape = CONV_CLASSES[name]
+  inputs = keras.Input(shape, dtype=dtype)
+  model = keras.Model(inputs, L.Flatten(dtype=dtype)(
+      make(activation="tanh", name="cv", dtype=dtype)(inputs)))
+  rng = np.random.default_rng(0)
+  weights = {p: tf.constant(rng.normal(size=(3,) + tuple(v.shape)), dtype)
+             for p, v in functional.variable_paths(model, trainable=True).items()}
+  x = tf.constant(rng.normal(size=(3, 2) + shape), dtype)
+  effective = conv
+  if conv == "auto":
+    effective = "grouped" if _grouped_gradient_runs(tf.as_dtype(dtype)) else "im2col"
+  if name not in VECTORISED[effective]:
+    with pytest.raises(NotImplementedError, match=rf"Layer 'cv' \({name.split('_')[0]},"):
+      batched.batched_functional_call(model, weights, x, conv=conv)
+    return
+  c = tf.constant(rng.normal(size=(3, 2, model.output.shape[-1])), dtype)
+  with tf.GradientTape() as tape:
+    tape.watch(list(weights.values()))
+    out = batched.batched_functional_call(model, weights, x, conv=conv)
+    loss = tf.reduce_sum(c * out)
+  grads = tape.gradient(loss, list(weights.values()))
+  with tf.GradientTape() as tape:  # The reference: a loop of plain functional calls.
+    tape.watch(list(weights.values()))
+    ref = tf.stack([functional.functional_call(model, {p: w[s] for p, w in weights.items()},
+                                               x[s]) for s in range(3)])
+    ref_loss = tf.reduce_sum(c * ref)
+  ref_grads = tape.gradient(ref_loss, list(weights.values()))
+  tol = 1e-5 if dtype == "float32" else 1e-12
+  np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=tol, atol=tol)
+  for g, r in zip(grads, ref_grads):
+    np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=tol, atol=tol)
