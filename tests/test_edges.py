@@ -493,3 +493,72 @@ def test_every_conv_class_batched_equals_a_loop_or_names_the_layer(name, conv, d
   np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=tol, atol=tol)
   for g, r in zip(grads, ref_grads):
     np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=tol, atol=tol)
+
+
+# -- 3. finite and exact at edge inputs -------------------------------------------------
+
+# Where the function itself is not differentiable at the edge (finite differences then
+# measure a one-sided mixture): only finiteness is asserted there. "zero": every input
+# of the layer under test is 0 (zero vectors, zero variance); "constant": every input is
+# tanh(0.5) (zero variance, non-zero mean); "saturated": inputs x 1e3 and weights x 10
+# (tanh at +-1, softmax / ELU far out).
+NOT_SMOOTH = {
+    "zero": {"MaxPooling2D": "max of ties", "GlobalMaxPooling1D": "max of ties",
+             "PReLU": "kink at 0", "ELU_Softmax": "ELU'' jumps at 0",
+             "UnitNormalization": "x/|x| is discontinuous at 0 (Keras: x/eps inside "
+                                  "|x| < eps)"},
+    "constant": {"MaxPooling2D": "max of ties", "GlobalMaxPooling1D": "max of ties"},
+    "saturated": {"MaxPooling2D": "max of ties", "GlobalMaxPooling1D": "max of ties"},
+}
+EDGES = sorted(NOT_SMOOTH)
+
+
+def _edge_point(name, edge):
+  from test_second_order import CASES  # pylint: disable=g-import-not-at-top
+  keras.utils.set_random_seed(0)
+  model, x = CASES[name]()
+  variables = functional.variable_paths(model)
+  paths = list(functional.variable_paths(model, trainable=True))
+  values = {p: variables[p].numpy() for p in paths}
+  if edge != "saturated":
+    x = np.zeros_like(x)               # ids: all 0 (one row repeated)
+  elif np.issubdtype(x.dtype, np.floating):
+    x = 1e3 * x                        # ids stay (the weights saturate)
+  if edge == "constant":  # The first bias (the Dense before the layer): tanh(0.5) out.
+    first_bias = next(p for p in paths if p.endswith("bias"))
+    values[first_bias] = np.full_like(values[first_bias], 0.5)
+  if edge == "saturated":
+    values = {p: 10 * v for p, v in values.items()}
+  return model, x, paths, np.concatenate([values[p].ravel() for p in paths])
+
+
+# Central differences need a smaller step where the curvature is 1/eps-large.
+STEP = {("RMSNormalization", "zero"): 1e-7}
+
+
+@pytest.mark.parametrize("compiled,edge", [(False, e) for e in EDGES] + [(True, "zero")],
+                         ids=[f"eager-{e}" for e in EDGES] + ["function-zero"])
+@pytest.mark.parametrize("name", sorted(__import__("test_second_order").CASES))
+def test_layers_finite_and_exact_at_edge_inputs(name, edge, compiled):
+  """First and second order at the edges, against central finite differences (the
+  rounding floor ``1e-12 |g| / h`` covers Hessians below what differences of a
+  float64 gradient resolve, e.g. through saturated tanh)."""
+  from test_second_order import TRAINING, _derivatives  # pylint: disable=g-import-not-at-top
+  model, x, paths, w0 = _edge_point(name, edge)
+  fn, v = _derivatives(model, x, paths, TRAINING.get(name, False), compiled)
+  loss, g, hv = fn(tf.constant(w0))
+  for what, t in (("loss", loss), ("gradient", g), ("Hessian-vector product", hv)):
+    assert np.all(np.isfinite(t.numpy())), (name, edge, what)
+  if name in NOT_SMOOTH[edge]:
+    return
+  h = STEP.get((name, edge), 1e-5)
+  lp, gp, _ = fn(tf.constant(w0) + h * v)
+  lm, gm, _ = fn(tf.constant(w0) - h * v)
+  fd_first = (lp - lm).numpy() / (2 * h)
+  fd_second = (gp - gm).numpy() / (2 * h)
+  gv = float(tf.reduce_sum(g * v))
+  assert abs(gv - fd_first) <= 1e-6 * max(abs(gv), 1e-3), (name, edge, gv, fd_first)
+  err = np.linalg.norm(hv.numpy() - fd_second)
+  floor = 1e-12 * np.linalg.norm(g.numpy()) / h
+  assert err <= 1e-6 * max(np.linalg.norm(fd_second), 1e-3) + floor, (
+      name, edge, err, np.linalg.norm(fd_second), floor)

@@ -177,6 +177,55 @@ def _install() -> None:
         "keras to a tested version (see README).")
   _original_compute_moments = install_dispatcher(module, "_compute_moments",
                                                  _dispatching_compute_moments)
+  from keras.src.ops import nn as keras_ops_nn  # pylint: disable=g-import-not-at-top
+  if getattr(keras_ops_nn, "_normalize", None) is not None:  # Else: Keras' own, as shipped.
+    install_dispatcher(keras_ops_nn, "_normalize", _dispatching_normalize)
+
+
+def safe_normalize(x, axis=-1, order=2, epsilon=None) -> tf.Tensor:
+  """``keras.ops.normalize`` (``UnitNormalization``'s math) with finite derivatives of
+  every order at a zero vector.
+
+  Keras computes the L2 case as ``x * min(rsqrt(sum(x**2)), 1/eps)``: at an all-zero
+  vector ``rsqrt`` is infinite and its derivative, though multiplied by the zero that
+  ``min`` passes, makes ``0 * inf = NaN`` first and second derivatives. Here the same
+  value is ``x * rsqrt(max(sum(x**2), eps**2))`` (``max`` keeps ``rsqrt`` finite; for a
+  zero vector the derivative is Keras' own ``1/eps``, its second derivative 0). Other
+  orders divide by ``max(norm, eps)`` with the norm ``(sum |x|**p)**(1/p)`` taken through
+  a double ``tf.where`` so that a zero sum gets gradient 0, not NaN.
+
+  Args:
+    x: a float tensor; axis: the reduced axis (int or list); order: int >= 1;
+    epsilon: the lower bound of the norm (Keras' ``backend.epsilon()`` when ``None``).
+
+  Returns:
+    ``x`` normalised along ``axis``, of ``x``'s shape and dtype.
+
+  Raises:
+    ValueError: ``order`` is not an int >= 1 (Keras' message).
+  """
+  if not isinstance(order, int) or not order >= 1:
+    raise ValueError(f"Argument `order` must be an int >= 1. Received: order={order}")
+  x = tf.convert_to_tensor(x)
+  if x.shape.rank == 0:
+    x = tf.expand_dims(x, 0)
+  if epsilon is None:
+    epsilon = keras.backend.epsilon()
+  if order == 2:
+    square_sum = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
+    floor = tf.constant(epsilon, x.dtype) ** 2
+    return x * tf.math.rsqrt(tf.maximum(square_sum, floor))
+  power_sum = tf.reduce_sum(tf.abs(x) ** order, axis=axis, keepdims=True)
+  positive = power_sum > 0
+  safe = tf.where(positive, power_sum, tf.ones_like(power_sum))
+  norm = tf.where(positive, safe ** (1.0 / order), tf.zeros_like(power_sum))
+  return x / tf.maximum(norm, tf.constant(epsilon, x.dtype))
+
+
+def _dispatching_normalize(x, axis=-1, order=2, epsilon=None):
+  if getattr(_state, "depth", 0) > 0:
+    return safe_normalize(x, axis=axis, order=order, epsilon=epsilon)
+  return _dispatching_normalize.original(x, axis=axis, order=order, epsilon=epsilon)
 
 
 def is_exact() -> bool:
@@ -186,7 +235,8 @@ def is_exact() -> bool:
 
 @contextlib.contextmanager
 def exact_moments_scope() -> Iterator[None]:
-  """Within the block (this thread), Keras normalisation layers use :func:`exact_moments`.
+  """Within the block (this thread), Keras normalisation layers use :func:`exact_moments`,
+  and ``keras.ops.normalize`` (``UnitNormalization``) uses :func:`safe_normalize`.
 
   Affects every layer whose moments go through ``keras.ops.moments`` on the TensorFlow
   backend (BatchNormalization, LayerNormalization, GroupNormalization and
