@@ -562,3 +562,45 @@ def test_layers_finite_and_exact_at_edge_inputs(name, edge, compiled):
   floor = 1e-12 * np.linalg.norm(g.numpy()) / h
   assert err <= 1e-6 * max(np.linalg.norm(fd_second), 1e-3) + floor, (
       name, edge, err, np.linalg.norm(fd_second), floor)
+
+
+# -- 5. continual learning: normalisation state per task --------------------------------
+
+@pytest.mark.parametrize("method", ["independent", "hnet"])
+def test_batchnorm_statistics_are_per_task_and_independent_forgets_nothing(tmp_path, method):
+  """With BatchNorm in the target, learning task 1 leaves task 0's statistics (and, for
+  the independent networks, its accuracy) exactly as they were after task 0; task 0's
+  network then equals a plain Keras model built from its weights and statistics."""
+  from test_continual import _config  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
+  config = _config(method=method, steps=30, **{"model.batch_norm": True,
+                                                "model.conv_widths": (8,),
+                                                "checkpoint_every": 30})
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  matrix = np.array(result["cl1/matrix"])
+  if method == "independent":
+    assert matrix[1, 0] == matrix[0, 0] and result["cl1/forgetting"] == 0.0, matrix
+  ckpts = tmp_path / "checkpoints"
+  after0 = tf.train.load_checkpoint(str(ckpts / "ckpt-30"))
+  after1 = tf.train.load_checkpoint(str(ckpts / "ckpt-60"))
+  names = [n for n, _ in tf.train.list_variables(str(ckpts / "ckpt-60"))
+           if n.startswith("continual/task_stats/") and "OPTIMIZER" not in n]
+  assert len(names) == 2, names  # bn1's moving mean and variance, one row per task
+  for n in names:
+    np.testing.assert_array_equal(after1.get_tensor(n)[0], after0.get_tensor(n)[0])
+    assert not np.array_equal(after1.get_tensor(n)[1], after0.get_tensor(n)[1]), n
+  # Task 0 evaluated by Keras alone: its weights and statistics in a fresh target.
+  trainer = loop.Trainer(config, str(tmp_path))
+  trainer.restore()
+  task = trainer.task
+  weights = {p: w.numpy() for p, w in task.source.weights(tf.constant(0)).items()}
+  stats = {p: v[0].numpy() for p, v in zip(task.task_stat_paths, task.state.task_stats)}
+  plain = keras.models.clone_model(task.target)
+  plain.build(task.target.inputs[0].shape)
+  for p, v in functional.variable_paths(plain).items():
+    if p in weights or p in stats:
+      v.assign(weights.get(p, stats.get(p)))
+  data = task.eval_tasks[0]
+  x = data.x_test.astype(np.float32) * np.float32(data.pixel_scale)
+  accuracy = np.mean(np.argmax(plain(x, training=False).numpy(), -1) == data.y_test)
+  assert accuracy == pytest.approx(matrix[1, 0], abs=1e-6)
