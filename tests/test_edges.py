@@ -604,3 +604,18 @@ def test_batchnorm_statistics_are_per_task_and_independent_forgets_nothing(tmp_p
   x = data.x_test.astype(np.float32) * np.float32(data.pixel_scale)
   accuracy = np.mean(np.argmax(plain(x, training=False).numpy(), -1) == data.y_test)
   assert accuracy == pytest.approx(matrix[1, 0], abs=1e-6)
+
+
+# -- 7. the main job across seeds: the sweep script --------------------------------------
+
+def test_digits_seeds_table_and_command(tmp_path):
+  """experiments/digits_seeds.py: the command it runs is the README's main job with a
+  seed, and the table's errors / min / mean / max come from the accuracies."""
+  from experiments import digits_seeds  # pylint: disable=g-import-not-at-top
+  assert digits_seeds.command(str(tmp_path / "seed3"), 3)[1:] == [
+      "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+      f"--workdir={tmp_path / 'seed3'}", "--config.seed=3"]
+  text = digits_seeds.table({0: {"accuracy": 354 / 359, "wall_time_sec": 30.0},
+                             3: {"accuracy": 347 / 359, "wall_time_sec": 70.0}})
+  assert "| 0 | 98.61 | 5 | 30 |" in text and "| 3 | 96.66 | 12 | 70 |" in text
+  assert "| min / mean / max | 96.66 / 97.63 / 98.61 | | |" in text
