@@ -170,8 +170,10 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
   TensorFlow's CPU kernels differentiate grouped convolutions only through oneDNN
   (float32, bfloat16; "Gradients for grouped convolutions are not supported on CPU"
   otherwise, e.g. float64 or with ``TF_ENABLE_ONEDNN_OPTS=0``); GPUs support them. This
-  runs a tiny grouped convolution and its gradient once per dtype (eagerly, also when
-  called inside a ``tf.function``) and caches the answer. Also False when this
+  runs a tiny grouped convolution and its two gradient kernels (``Conv2DBackpropInput``,
+  ``Conv2DBackpropFilter``, called directly: no tape, which ``tf.init_scope`` would
+  pause) once per dtype, eagerly also when called inside a ``tf.function``, and caches
+  the answer. Also False when this
   TensorFlow lacks pfor's converter registry.
   """
   dtype = tf.as_dtype(dtype)
@@ -392,7 +394,8 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
       axis, inputs whose leading size differs from the number of weight sets (names
       them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``; and
       everything :func:`~hypernet.core.functional.functional_call` raises.
-    NotImplementedError: a generated conv kernel with no vectorised form.
+    NotImplementedError: a generated conv kernel with no vectorised form (the message
+      names the layer; docs/layers.md lists which conv classes batch with which ``conv``).
   """
   if shared_inputs and per_example:
     raise ValueError("Choose shared_inputs or per_example, not both.")
