@@ -182,6 +182,23 @@ def _takes_training(model) -> bool:
     return True
 
 
+def _constrained(variable, value: tf.Tensor) -> tf.Tensor:
+  """``variable.constraint(value)`` (a layer's ``kernel_constraint`` / ``bias_constraint``
+  / ``embeddings_constraint``...: Keras' ``NonNeg``, ``MaxNorm``, ``UnitNorm``,
+  ``MinMaxNorm`` or a user's callable), differentiably; ``value`` when there is none."""
+  constraint = getattr(variable, "constraint", None)
+  if constraint is None:
+    return value
+  projected = tf.convert_to_tensor(constraint(value))
+  if projected.dtype != value.dtype or projected.shape != value.shape:
+    raise TypeError(
+        f"functional_call: the constraint {type(constraint).__name__} of variable "
+        f"{variable.path!r} returned {projected.dtype.name} {tuple(projected.shape)} for a "
+        f"{value.dtype.name} {tuple(value.shape)} weight; a constraint must keep the "
+        "weight's shape and dtype.")
+  return projected
+
+
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
                     return_losses: bool = False,
@@ -204,6 +221,15 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   keeps Keras' own code. The meta-learners' calls (:mod:`hypernet.meta`) run with plain
   bias additions on CPU (:mod:`hypernet.numerics.plain_bias`) and each BatchNorm -> ReLU -> 2x2
   max-pool block on one kernel (:mod:`hypernet.numerics.norm_relu_pool`).
+
+  Layer constraints (``kernel_constraint=``, ``bias_constraint=``, ...; ``NonNeg``,
+  ``MaxNorm``, ``UnitNorm``, ``MinMaxNorm`` or a user's callable) are applied to the
+  *given* trainable weights inside the call, as a differentiable projection: the layer
+  computes with ``constraint(weights[path])`` (e.g. a ``NonNeg`` kernel given ``-1``
+  computes with ``0``, and its gradient there is ``0``), whether the tensor is generated
+  by a hypernetwork or adapted by an inner loop; the tensors the caller holds are not
+  changed. A variable not given is read as it is (Keras' optimisers apply its constraint
+  after each update). ``docs/layers.md`` ("Layer constraints").
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
@@ -248,7 +274,8 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       message lists the paths); a tensor's shape differs from the variable's; an
       ``overrides`` key names no layer (the message lists the layer names).
     TypeError: ``weights`` / ``state`` is not a dict; a value is not one tensor (e.g. a
-      list of variables); a tensor's dtype differs from the variable's.
+      list of variables); a tensor's dtype differs from the variable's; a constraint
+      changes a weight's shape or dtype.
   """
   _check_built(model)
   _check_mapping("weights", weights)
@@ -271,7 +298,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
           f"{list(trainable) + list(non_trainable)}")
   state_paths = set(state or ())
   arg_of = lambda p: "state" if p in state_paths else "weights"
-  tv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else v
+  tv = [_constrained(v, _check_value(p, v, given[p], arg=arg_of(p))) if p in given else v
         for p, v in trainable.items()]
   ctx = tf.distribute.get_replica_context()
   if ctx is not None and ctx.num_replicas_in_sync > 1:

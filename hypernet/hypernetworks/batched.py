@@ -171,8 +171,10 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
   TensorFlow's CPU kernels differentiate grouped convolutions only through oneDNN
   (float32, bfloat16; "Gradients for grouped convolutions are not supported on CPU"
   otherwise, e.g. float64 or with ``TF_ENABLE_ONEDNN_OPTS=0``); GPUs support them. This
-  runs a tiny grouped convolution and its gradient once per dtype (eagerly, also when
-  called inside a ``tf.function``) and caches the answer. Also False when this
+  runs a tiny grouped convolution and its two gradient kernels (``Conv2DBackpropInput``,
+  ``Conv2DBackpropFilter``, called directly: no tape, which ``tf.init_scope`` would
+  pause) once per dtype, eagerly also when called inside a ``tf.function``, and caches
+  the answer. Also False when this
   TensorFlow lacks pfor's converter registry.
   """
   dtype = tf.as_dtype(dtype)
@@ -180,15 +182,24 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
     return _PROBED[dtype.name]
   ok = _has_registry()
   if ok:
+    # The gradient kernels are called directly (what a tape would call): tf.init_scope
+    # (eager, even inside a trace) also pauses every tape of the thread, so a tape
+    # opened in it would record nothing.
     with tf.init_scope():
       try:
-        x = tf.ones([1, 3, 3, 4], dtype)
-        k = tf.ones([2, 2, 2, 2], dtype)
-        with tf.GradientTape() as tape:
-          tape.watch([x, k])
-          y = tf.nn.conv2d(x, k, 1, "VALID")
-        gx, gk = tape.gradient(y, [x, k])
-        ok = bool(gx is not None and gk is not None and gk.shape == k.shape)
+        x = tf.ones([1, 3, 3, 4], dtype)      # 4 input channels,
+        k = tf.ones([2, 2, 2, 2], dtype)      # 2 per group: 2 groups
+        dy = tf.ones([1, 2, 2, 2], dtype)
+        strides = [1, 1, 1, 1]
+        y = tf.raw_ops.Conv2D(input=x, filter=k, strides=strides, padding="VALID")
+        gx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=k,
+                                            out_backprop=dy, strides=strides,
+                                            padding="VALID")
+        gk = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(k),
+                                             out_backprop=dy, strides=strides,
+                                             padding="VALID")
+        ok = (tuple(y.shape) == (1, 2, 2, 2) and tuple(gx.shape) == tuple(x.shape)
+              and tuple(gk.shape) == tuple(k.shape))
       except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
               tf.errors.NotFoundError):
         ok = False
@@ -207,27 +218,57 @@ def _vectorizable_conv_op(layer):
   return convolution_op
 
 
+def _conv_kind(layer) -> str:
+  """"conv", "transpose", "depthwise", "separable" or "" (not a convolution), from Keras'
+  public layer classes."""
+  layers = keras.layers
+  for kind, classes in (
+      ("transpose", (layers.Conv1DTranspose, layers.Conv2DTranspose, layers.Conv3DTranspose)),
+      ("depthwise", (layers.DepthwiseConv1D, layers.DepthwiseConv2D)),
+      ("separable", (layers.SeparableConv1D, layers.SeparableConv2D)),
+      ("conv", (layers.Conv1D, layers.Conv2D, layers.Conv3D))):
+    if isinstance(layer, classes):
+      return kind
+  return ""
+
+
+def _batched_form(layer, kind: str, conv: str) -> bool:
+  """Whether ``tf.vectorized_map`` has a batched form of ``layer`` with per-set kernels
+  (tested per class against a loop of plain calls: tests/test_edges.py)."""
+  if getattr(layer, "data_format", "channels_last") != "channels_last":
+    return False
+  if kind == "conv":
+    if conv == "im2col":  # Conv1D calls ops.conv itself, not convolution_op.
+      return layer.rank == 2 and layer.groups == 1 and layer.padding in ("same", "valid")
+    return layer.rank in (1, 2)
+  if kind == "depthwise":   # DepthwiseConv2dNative, both inputs stacked by the converter.
+    return layer.rank in (1, 2)
+  if kind == "separable":   # depthwise + a 1x1 Conv2D: the Conv2D needs the grouped form.
+    return conv == "grouped" and layer.rank in (1, 2)
+  return False              # transposed convolutions: pfor has no batched form.
+
+
 def _conv_layers(model, batched_paths, conv: str) -> List[keras.layers.Layer]:
-  """Conv1D/Conv2D layers of ``model``; raises for a batched kernel with no batched form."""
-  convs = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
+  """Conv1D/Conv2D layers of ``model`` (those im2col replaces); raises for a layer of
+  any convolution class with a batched kernel and no batched form."""
   found = []
   for path, layer in ops.layer_paths(model).items():
-    if not isinstance(layer, convs):
+    kind = _conv_kind(layer)
+    if not kind:
       continue
-    kernel_path = functional._relative_path(model, layer.kernel)  # pylint: disable=protected-access
-    supported = (layer.rank in (1, 2) and layer.data_format == "channels_last"
-                 and not isinstance(layer, (keras.layers.Conv1DTranspose,
-                                            keras.layers.Conv2DTranspose)))
-    if conv == "im2col":  # Conv1D calls ops.conv itself, not convolution_op.
-      supported = (supported and layer.rank == 2 and layer.groups == 1
-                   and layer.padding in ("same", "valid"))
-    if supported:
+    kernels = [functional._relative_path(model, v) for v in layer.trainable_weights  # pylint: disable=protected-access
+               if v.path.rsplit("/", 1)[-1].endswith("kernel")]
+    supported = _batched_form(layer, kind, conv)
+    if supported and kind == "conv" and conv == "im2col":
       found.append(layer)
-    elif kernel_path in batched_paths:
+    if not supported and any(k in batched_paths for k in kernels):
       raise NotImplementedError(
           f"Layer {path!r} ({type(layer).__name__}, rank {layer.rank}, groups "
-          f"{layer.groups}, padding {layer.padding!r}) has no vectorised form for a batch of "
-          f"kernels with conv={conv!r}; use parallel='map_fn' or do not generate its kernel.")
+          f"{getattr(layer, 'groups', 1)}, padding {layer.padding!r}) has no vectorised "
+          f"form for a batch of kernels with conv={conv!r}; use parallel='map_fn' or do "
+          "not generate its kernel"
+          + (" (conv='grouped' covers it: float32 on CPU, or a GPU)."
+             if _batched_form(layer, kind, "grouped") else "."))
   return found
 
 
@@ -243,8 +284,8 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
 
   Raises:
     NotImplementedError: a layer whose kernel is in ``batched_paths`` has no batched
-      form (transposed or 3-D convolutions; for im2col also grouped ones and causal
-      padding).
+      form (transposed or 3-D convolutions; for im2col also Conv1D, grouped ones,
+      causal padding and separable convolutions); the message names the layer.
     ValueError: an unknown ``conv``.
   """
   if conv not in ("grouped", "im2col"):
@@ -356,7 +397,8 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
       axis, inputs whose leading size differs from the number of weight sets (names
       them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``; and
       everything :func:`~hypernet.core.functional.functional_call` raises.
-    NotImplementedError: a generated conv kernel with no vectorised form.
+    NotImplementedError: a generated conv kernel with no vectorised form (the message
+      names the layer; docs/layers.md lists which conv classes batch with which ``conv``).
   """
   if shared_inputs and per_example:
     raise ValueError("Choose shared_inputs or per_example, not both.")

@@ -19,6 +19,7 @@ References:
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import keras
@@ -89,7 +90,11 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     MissingInnerGradientError: a weight's inner gradient is ``None`` (the weight does not
       affect the support loss), or, for second order, an outer tape records the weight
       or the support loss but not the weight's inner gradient (the second-order term
-      would silently be lost, e.g. through an op whose gradient is not differentiable).
+      would silently be lost); or, for second order, the inner gradient goes through an
+      op whose gradient TensorFlow does not define (e.g. ``tf.image.resize``'s bilinear
+      gradient, in a ``Lambda`` or a user's layer): the message names the op type, the
+      layer and the op. An ``Embedding``'s sparse (``IndexedSlices``) gradient is made
+      dense, differentiably.
   """
   fast = dict(weights)
   state = dict(state) if state else None
@@ -98,15 +103,10 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     if first_order:
       # Same values; the outer tape does not record the inner backward pass at all.
       params = [tf.stop_gradient(t) for t in params]
-    with tf.GradientTape(watch_accessed_variables=False) as tape:
-      tape.watch(params)
-      call_weights = dict(fast)
-      call_weights.update(zip(adapted, params))
-      outputs, state = plain_bias.call(functional.functional_call,
-          model, call_weights, support_x, training=training, return_state=True,
-          state=state)
-      loss = loss_fn(support_y, outputs)
-    grads = tape.gradient(loss, params)
+    call_weights = dict(fast)
+    call_weights.update(zip(adapted, params))
+    loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
+                                                support_x, support_y, training, state)
     missing = [p for p, g in zip(adapted, grads) if g is None]
     if missing:
       raise MissingInnerGradientError(
@@ -121,8 +121,8 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       # the support loss (a meta-parameter reaching the loss by another route, e.g. a
       # weight given as a constant while the rest of the target is meta-learned).
       loss_recorded = _is_recorded(loss)
-      unrecorded = [p for p, g in zip(adapted, grads)
-                    if (loss_recorded or _is_recorded(fast[p])) and not _is_recorded(g)]
+      recorded = [loss_recorded or _is_recorded(fast[p]) for p in adapted]
+      unrecorded = [p for p, g, r in zip(adapted, grads, recorded) if r and not _is_recorded(g)]
       if unrecorded:
         raise MissingInnerGradientError(
             f"Inner step {step}: second order requested but the inner gradient of the "
@@ -130,12 +130,85 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
             "tape, so the meta-gradient would silently be first order (a custom gradient "
             "or a tf.stop_gradient in the loss / model?). Fix the loss, or ask for "
             "first_order=True.")
+      if step == 0 and any(recorded):
+        _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
+                                        support_y, training, state, loss, params, grads)
+    state = new_state
     new = {}
     for p, g in zip(adapted, grads):
       lr = inner_lr[p] if isinstance(inner_lr, Mapping) else inner_lr
       new[p] = fast[p] - ops.to_dtype(lr, g.dtype) * g
     fast.update(new)
   return fast, state
+
+
+def _support_gradients(model, loss_fn, call_weights, adapted, support_x, support_y,
+                       training, state):
+  """One inner step's support loss and its gradients ``[tensor or None]`` (dense: an
+  ``Embedding`` table's ``IndexedSlices`` gradient becomes a tensor, differentiably), and
+  the new state."""
+  params = [call_weights[p] for p in adapted]
+  with tf.GradientTape(watch_accessed_variables=False) as tape:
+    tape.watch(params)
+    outputs, new_state = plain_bias.call(functional.functional_call,
+        model, call_weights, support_x, training=training, return_state=True,
+        state=state)
+    loss = loss_fn(support_y, outputs)
+  grads = tape.gradient(loss, params)
+  # IndexedSlices (Embedding, any gather) -> dense: unsorted_segment_sum of the slices,
+  # itself differentiable, so the second-order term through the table is kept.
+  grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+  return loss, grads, new_state
+
+
+# Eager second-order inner loops: model -> {signature: ops found by one trace}.
+_PROBED_GRADIENTS = weakref.WeakKeyDictionary()
+
+
+def _spec(t):
+  if t is None:
+    return None
+  return tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype))
+
+
+def _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
+                                    support_y, training, state, loss, params, grads):
+  """Raises :class:`MissingInnerGradientError` when the inner gradient goes through an op
+  whose gradient TensorFlow cannot differentiate (a second-order meta-gradient through it
+  would silently drop a term): :func:`hypernet.numerics.second_order.nondifferentiable_gradient_ops`
+  on the traced graph; eagerly, on a trace of the same inner step (once per model,
+  adapted paths and input signature)."""
+  if tf.is_symbolic_tensor(loss):
+    found = second_order.nondifferentiable_gradient_ops(loss, params, grads)
+    names = second_order.describe_nondifferentiable(model, found) if found else ""
+  else:
+    x, y = tf.convert_to_tensor(support_x), tf.convert_to_tensor(support_y)
+    weight_specs = {p: _spec(v) for p, v in call_weights.items()}
+    state_specs = None if state is None else {p: _spec(v) for p, v in state.items()}
+    key = (tuple(adapted), repr(sorted(weight_specs.items())), repr(state_specs),
+           repr(_spec(x)), repr(_spec(y)), training, id(loss_fn))
+    cache = _PROBED_GRADIENTS.setdefault(model, {})
+    if key not in cache:
+      found_names = []
+
+      def probe(w, xs, ys, st):
+        probe_loss, probe_grads, _ = _support_gradients(model, loss_fn, w, adapted, xs, ys,
+                                                        training, st)
+        found = second_order.nondifferentiable_gradient_ops(
+            probe_loss, [w[p] for p in adapted], probe_grads)
+        found_names.append(second_order.describe_nondifferentiable(model, found))
+        return [g for g in probe_grads if g is not None]
+
+      tf.function(probe).get_concrete_function(weight_specs, _spec(x), _spec(y), state_specs)
+      cache[key] = found_names[0]
+    names = cache[key]
+  if names:
+    raise MissingInnerGradientError(
+        f"Second order requested, but the inner gradient of model {model.name!r} goes "
+        f"through {names}, whose gradient TensorFlow does not define (declared not "
+        "differentiable, or not registered): the meta-gradient would silently lose its "
+        "second-order term there. Use first_order=True, or replace that computation (e.g. "
+        "nearest-neighbour instead of bilinear resizing).")
 
 
 class MAML(tf.Module):

@@ -333,6 +333,57 @@ def install_dispatcher(owner, name: str, dispatcher: Callable,
 
 
 # ---------------------------------------------------------------------------------------
+# TensorFlow's gradient registry (second-order learners refuse non-differentiable ops).
+# ---------------------------------------------------------------------------------------
+
+def _gradient_lookup():
+  try:
+    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-import-not-at-top
+    return tf_ops.get_gradient_function
+  except (ImportError, AttributeError):
+    return None
+
+
+def _lookup_missing(lookup, op) -> bool:
+  try:
+    return lookup(op) is None
+  except LookupError:
+    return True
+
+
+def _gradient_lookup_canary() -> Optional[str]:
+  lookup = _gradient_lookup()
+  if lookup is None:
+    return "tensorflow.python.framework.ops.get_gradient_function is missing"
+  graph = tf.Graph()
+  with graph.as_default():
+    a = tf.constant([[1.0]])
+    product = tf.matmul(a, a)
+    resize_grad = tf.raw_ops.ResizeBilinearGrad(grads=tf.zeros([1, 2, 2, 1]),
+                                                original_image=tf.zeros([1, 1, 1, 1]))
+  if _lookup_missing(lookup, product.op) or not _lookup_missing(lookup, resize_grad.op):
+    return ("MatMul / ResizeBilinearGrad are not reported as differentiable / not "
+            "differentiable")
+  return None
+
+
+def gradient_function_missing(op) -> Optional[bool]:
+  """Whether TensorFlow has no gradient function for the graph op ``op`` (registered as
+  not differentiable, e.g. ``ResizeBilinearGrad``, or not registered at all), through
+  TensorFlow's private ``ops.get_gradient_function`` (no public lookup exists; it also
+  honours ``tf.custom_gradient``'s per-op overrides). ``None`` when the lookup is missing
+  or its canary fails (MatMul has a gradient, ResizeBilinearGrad none): the caller then
+  cannot check, and a one-time warning says so."""
+  reason = run_canary("gradient_lookup", _gradient_lookup_canary)
+  if reason is not None:
+    warn_once("gradient_lookup", "cannot ask TensorFlow %s which ops have gradients (%s); "
+              "second-order learners cannot refuse a non-differentiable op in a target "
+              "(a first-order term could be missing silently).", tf.__version__, reason)
+    return None
+  return _lookup_missing(_gradient_lookup(), op)
+
+
+# ---------------------------------------------------------------------------------------
 # TensorFlow's tape queries.
 # ---------------------------------------------------------------------------------------
 

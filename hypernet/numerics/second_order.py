@@ -30,6 +30,7 @@ second-order learners refuse such targets (:func:`check_second_order`).
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Iterator, List, Tuple
 
 import keras
@@ -42,6 +43,7 @@ _exact = compat.Switch("hypernet.numerics.second_order.exact_moments_scope()",
                        eager_reaches_traces=True)
 _tapes_visible = compat.Switch("hypernet.numerics.second_order.all_tapes_visible()")
 _original_compute_moments = None
+_original_normalize = None
 _moments_module = None
 
 
@@ -185,7 +187,7 @@ def _install() -> None:
     UnsupportedVersionError: the hook is missing, or Keras' normalisation layers no
       longer reach it (second derivatives through them would be silently wrong).
   """
-  global _original_compute_moments, _moments_module
+  global _original_compute_moments, _original_normalize, _moments_module
   if _moments_module is None:
     nn = compat.keras_backend("nn", "moments")
     _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
@@ -194,6 +196,12 @@ def _install() -> None:
       ["x", "axes", "keepdims"])
   if _original_compute_moments is None:
     _original_compute_moments = original
+  normalize_module = compat.defining_module(keras.ops.normalize)  # keras.ops' own module
+  if getattr(normalize_module, "_normalize", None) is not None:  # Else: Keras' own, as shipped.
+    original_normalize = compat.install_dispatcher(normalize_module, "_normalize",
+                                                   _dispatching_normalize)
+    if _original_normalize is None:
+      _original_normalize = original_normalize
   compat.possible_gradient_types()  # its canary first: the moments canary relies on it
   reason = compat.run_canary("moments", _moments_canary)
   if reason is not None:
@@ -201,6 +209,52 @@ def _install() -> None:
         f"Keras {keras.__version__}'s normalisation layers no longer compute their moments "
         f"where hypernet makes second derivatives exact ({reason}); install a Keras "
         "version hypernet supports (README, 'Supported versions').")
+
+
+def safe_normalize(x, axis=-1, order=2, epsilon=None) -> tf.Tensor:
+  """``keras.ops.normalize`` (``UnitNormalization``'s math) with finite derivatives of
+  every order at a zero vector.
+
+  Keras computes the L2 case as ``x * min(rsqrt(sum(x**2)), 1/eps)``: at an all-zero
+  vector ``rsqrt`` is infinite and its derivative, though multiplied by the zero that
+  ``min`` passes, makes ``0 * inf = NaN`` first and second derivatives. Here the same
+  value is ``x * rsqrt(max(sum(x**2), eps**2))`` (``max`` keeps ``rsqrt`` finite; for a
+  zero vector the derivative is Keras' own ``1/eps``, its second derivative 0). Other
+  orders divide by ``max(norm, eps)`` with the norm ``(sum |x|**p)**(1/p)`` taken through
+  a double ``tf.where`` so that a zero sum gets gradient 0, not NaN.
+
+  Args:
+    x: a float tensor; axis: the reduced axis (int or list); order: int >= 1;
+    epsilon: the lower bound of the norm (Keras' ``backend.epsilon()`` when ``None``).
+
+  Returns:
+    ``x`` normalised along ``axis``, of ``x``'s shape and dtype.
+
+  Raises:
+    ValueError: ``order`` is not an int >= 1 (Keras' message).
+  """
+  if not isinstance(order, int) or not order >= 1:
+    raise ValueError(f"Argument `order` must be an int >= 1. Received: order={order}")
+  x = tf.convert_to_tensor(x)
+  if x.shape.rank == 0:
+    x = tf.expand_dims(x, 0)
+  if epsilon is None:
+    epsilon = keras.backend.epsilon()
+  if order == 2:
+    square_sum = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
+    floor = tf.constant(epsilon, x.dtype) ** 2
+    return x * tf.math.rsqrt(tf.maximum(square_sum, floor))
+  power_sum = tf.reduce_sum(tf.abs(x) ** order, axis=axis, keepdims=True)
+  positive = power_sum > 0
+  safe = tf.where(positive, power_sum, tf.ones_like(power_sum))
+  norm = tf.where(positive, safe ** (1.0 / order), tf.zeros_like(power_sum))
+  return x / tf.maximum(norm, tf.constant(epsilon, x.dtype))
+
+
+def _dispatching_normalize(x, axis=-1, order=2, epsilon=None):
+  if _exact.on():  # Inside a functional call: finite derivatives at zero vectors.
+    return safe_normalize(x, axis=axis, order=order, epsilon=epsilon)
+  return _original_normalize(x, axis=axis, order=order, epsilon=epsilon)
 
 
 def is_exact() -> bool:
@@ -211,7 +265,8 @@ def is_exact() -> bool:
 
 @contextlib.contextmanager
 def exact_moments_scope() -> Iterator[None]:
-  """Within the block (this thread), Keras normalisation layers use :func:`exact_moments`.
+  """Within the block (this thread), Keras normalisation layers use :func:`exact_moments`,
+  and ``keras.ops.normalize`` (``UnitNormalization``) uses :func:`safe_normalize`.
 
   Affects every layer whose moments go through ``keras.ops.moments`` on the TensorFlow
   backend (BatchNormalization, LayerNormalization, GroupNormalization and
@@ -226,6 +281,101 @@ def exact_moments_scope() -> Iterator[None]:
   _install()
   with _exact():
     yield
+
+
+# -- Gradients that TensorFlow declares not differentiable ---------------------------------
+
+# Ops whose outputs do not change with their float inputs (a zero derivative is the exact
+# one), so a missing gradient function is not a lost term.
+_ZERO_DERIVATIVE_OPS = frozenset({"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank",
+                                  "BroadcastGradientArgs"})
+
+
+def _gradient_function_missing(op) -> bool:
+  """Whether TensorFlow has no gradient function for the graph op ``op``
+  (:func:`hypernet.numerics.compat.gradient_function_missing`: the private registry
+  lookup and its canary); False where the lookup is unavailable (compat warns once)."""
+  return bool(compat.gradient_function_missing(op))
+
+
+def nondifferentiable_gradient_ops(loss: tf.Tensor, sources, grads) -> List["tf.Operation"]:
+  """The ops of a first derivative that a second derivative cannot go through.
+
+  ``grads = tape.gradient(loss, sources)`` taken inside a ``tf.function`` trace (symbolic
+  tensors of one graph). The backward part of the graph is the ancestors of ``grads``
+  that are not ancestors of ``loss``; an op there that depends on ``sources`` and has a
+  float output but no gradient function of its own (see :func:`_gradient_function_missing`)
+  makes every derivative of ``grads`` treat it as a constant: a second derivative through
+  it is silently 0 (not differentiable, e.g. ``tf.image.resize``'s bilinear gradient) or
+  fails. Ops inside the bodies of control flow (an RNN's backward ``While``) are not
+  inspected; their gradient functions exist.
+
+  Args:
+    loss: the scalar that was differentiated (symbolic).
+    sources: the tensors it was differentiated with respect to.
+    grads: ``tape.gradient(loss, sources)`` (entries may be ``None`` or ``IndexedSlices``).
+
+  Returns:
+    The offending ``tf.Operation``s sorted by name; ``[]`` when none, or when the tensors
+    are eager (no graph to inspect: trace the computation, see
+    :func:`hypernet.meta.inner_loop.inner_sgd`).
+  """
+  flat = []
+  for g in grads:
+    if isinstance(g, tf.IndexedSlices):
+      flat += [g.values, g.indices]
+    elif g is not None:
+      flat.append(g)
+  if not flat or not all(tf.is_symbolic_tensor(t) for t in flat + [loss]):
+    return []
+  forward, stack = set(), [loss.op]
+  while stack:
+    op = stack.pop()
+    if op not in forward:
+      forward.add(op)
+      stack.extend(t.op for t in op.inputs)
+  backward, stack = set(), [t.op for t in flat]
+  while stack:
+    op = stack.pop()
+    if op not in backward and op not in forward:
+      backward.add(op)
+      stack.extend(t.op for t in op.inputs)
+  region, depends = forward | backward, set()
+  stack = [c for s in sources if tf.is_symbolic_tensor(s) for c in s.consumers()]
+  while stack:
+    op = stack.pop()
+    if op not in depends and op in region:
+      depends.add(op)
+      stack.extend(c for t in op.outputs for c in t.consumers())
+  found = [op for op in backward & depends
+           if op.type not in _ZERO_DERIVATIVE_OPS
+           and any(t.dtype.is_floating for t in op.outputs)
+           and _gradient_function_missing(op)]
+  return sorted(found, key=lambda op: op.name)
+
+
+def layer_of_op(model: keras.layers.Layer, op_name: str) -> str:
+  """The path of the innermost layer of ``model`` whose name scope holds the op named
+  ``op_name`` (Keras opens one name scope per layer call; TensorFlow may add ``_1``...),
+  or ``""``."""
+  segments = op_name.split("/")
+  best = None
+  for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+    pattern = re.compile(re.escape(layer.name) + r"(_\d+)?")
+    for i, segment in enumerate(segments[:-1]):
+      if pattern.fullmatch(segment) and (best is None or i >= best[0]):
+        best = (i, getattr(layer, "path", layer.name))
+  return best[1] if best else ""
+
+
+def describe_nondifferentiable(model: keras.layers.Layer, found) -> str:
+  """One phrase per op of :func:`nondifferentiable_gradient_ops`: type, layer, op name."""
+  parts = []
+  for op in found:
+    layer = layer_of_op(model, op.name)
+    parts.append(f"{op.type} (in layer {layer!r}, op {op.name!r})" if layer
+                 else f"{op.type} (op {op.name!r})")
+  return "; ".join(dict.fromkeys(parts))
 
 
 # Layer classes whose gradient is defined with stop-gradients by their method, with why.

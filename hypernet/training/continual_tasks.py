@@ -17,6 +17,13 @@ step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.meth
   (:func:`hypernet.continual.regularizers.ewc_penalty`; Fisher from each task's data).
 * ``"independent"`` -- a separate target network per task (the upper bound).
 
+Normalisation state (BatchNorm moving statistics) is kept per task for ``hnet`` and
+``independent`` (as hypnettorch keeps it per condition): task ``t`` trains and is
+evaluated with its own statistics (``continual/task_stats/*`` in the checkpoint, one
+row per task), so the independent baseline's forgetting is exactly 0 with BatchNorm in
+the target too. ``finetune`` and ``ewc`` run one network with one set of statistics,
+which later tasks move (part of what they forget).
+
 Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
 is given at test time (the task's embedding / head); CL3, it is not: ``hnet`` and
 ``independent`` infer it as the task whose weights give the lowest predictive entropy
@@ -48,6 +55,7 @@ from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
 
 METHODS = ("hnet", "finetune", "ewc", "independent")
+_TASK_STATS = "continual_task_stats:"  # state-dict prefix of the per-task statistics
 BENCHMARKS = ("split", "permuted")
 
 
@@ -177,6 +185,21 @@ class ContinualTask:
                                             name=f"anchor{i}") for i, p in enumerate(params)]
           self.state.fisher = [tf.Variable(tf.zeros_like(p), trainable=False,
                                            name=f"fisher{i}") for i, p in enumerate(params)]
+    # Normalisation state per task (hypnettorch keeps BatchNorm statistics per condition):
+    # for the methods with per-task weights, task t trains and is evaluated with its own
+    # moving statistics, so learning task t' > t leaves task t's network, statistics
+    # included, unchanged. finetune / EWC share one network and one set of statistics.
+    self.task_stat_paths: List[str] = []
+    if self.method in ("hnet", "independent"):
+      non_trainable = functional.variable_paths(self.target, trainable=False)
+      self.task_stat_paths = [q for q, v in non_trainable.items()
+                              if tf.as_dtype(v.dtype).is_floating]
+      if self.task_stat_paths:
+        with self.state.name_scope:
+          self.state.task_stats = [
+              tf.Variable(tf.stack([tf.convert_to_tensor(non_trainable[q].value)] * T),
+                          trainable=False, name="task_stats_" + q.replace("/", "_"))
+              for q in self.task_stat_paths]
     self.metric_names = ["loss", "accuracy", "cl_penalty"]
     self.event_every = self.steps_per_task
     # The optimiser restarts at each task (_reset_optimizer_slots): a learning-rate
@@ -220,11 +243,24 @@ class ContinualTask:
       out = ds if out is None else out.concatenate(ds)
     return out
 
+  def _task_state(self, task) -> Dict[str, tf.Tensor]:
+    """Task ``task``'s normalisation state ``{path: tensor}`` (``{}`` without any);
+    ``task`` a scalar, or ``[S]`` ids for ``[S, ...]`` stacked states."""
+    return {q: tf.gather(v, task) for q, v in
+            zip(self.task_stat_paths, getattr(self.state, "task_stats", []))}
+
   def _logits(self, x, task, training):
-    """Logits ``[B, c]`` of the given task (CL1) and the new non-trainable state."""
+    """Logits ``[B, c]`` of the given task (CL1) and the new non-trainable state (the
+    per-task statistics as ``_TASK_STATS + path`` entries: the whole ``[T, ...]`` table
+    with row ``task`` replaced, written by :meth:`apply_state`)."""
     if self.method in ("hnet", "independent"):
-      return functional.functional_call(self.target, self.source.weights(task), x,
-                                        training=training, return_state=True)
+      logits, state = functional.functional_call(
+          self.target, self.source.weights(task), x, training=training, return_state=True,
+          state=self._task_state(task) or None)
+      for q, table in zip(self.task_stat_paths, getattr(self.state, "task_stats", [])):
+        row = tf.reshape(tf.cast(task, tf.int32), [1, 1])
+        state[_TASK_STATS + q] = tf.tensor_scatter_nd_update(table, row, state.pop(q)[None])
+      return logits, state
     logits, state = functional.functional_call(self.target, None, x, training=training,
                                                return_state=True)
     heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
@@ -304,6 +340,7 @@ class ContinualTask:
     if self.method in ("hnet", "independent"):
       from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
       weights = self.source.weights(tf.range(self.num_tasks))       # {path: [T, ...]}
+      weights.update(self._task_state(tf.range(self.num_tasks)))    # each task's statistics
       logits = batched.batched_functional_call(self.target, weights, x, shared_inputs=True)
       return entropy_task_inference(logits, seen)
     logits = functional.functional_call(self.target, None, x, training=False)
@@ -314,6 +351,10 @@ class ContinualTask:
     return flat // self.classes, flat % self.classes
 
   def apply_state(self, state):
+    state = dict(state or {})
+    for q, table in zip(self.task_stat_paths, getattr(self.state, "task_stats", [])):
+      if _TASK_STATS + q in state:
+        table.assign(state.pop(_TASK_STATS + q))
     if state:
       functional.assign_state(self.target, state)
 

@@ -1,0 +1,77 @@
+"""The main job (``configs/digits_hyper.py``) across seeds: test accuracy per seed.
+
+Runs ``python -m hypernet.train --config=configs/digits_hyper.py --workdir=OUT/seed<N>
+--config.seed=<N>`` for each seed, one after another (a finished run, whose
+``final_metrics.json`` records the config's last step, is read instead of rerun), then
+prints a markdown table (seed, test accuracy on the 359 held-out images, errors, wall
+time) with the minimum, mean and maximum, and writes it to ``OUT/seeds.md``.
+
+    python -m experiments.digits_seeds --out=/tmp/hypernet/digits_seeds            # seeds 0-9
+    python -m experiments.digits_seeds --out=/tmp/hypernet/digits_seeds --seeds=3  # one seed
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Dict, List, Sequence
+
+from absl import app
+from absl import flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "configs/digits_hyper.py"
+
+_OUT = flags.DEFINE_string("out", None, "Folder of the runs' workdirs and seeds.md.",
+                           required=True)
+_SEEDS = flags.DEFINE_list("seeds", [str(s) for s in range(10)], "Seeds to run.")
+
+
+def command(workdir: str, seed: int) -> List[str]:
+  """The ``python -m hypernet.train`` command line of one seed."""
+  return [sys.executable, "-m", "hypernet.train", f"--config={CONFIG}",
+          f"--workdir={workdir}", f"--config.seed={seed}"]
+
+
+def run_seed(out: str, seed: int) -> Dict:
+  """Trains (or reads) one seed; returns its ``final_metrics.json``."""
+  workdir = os.path.join(out, f"seed{seed}")
+  final = os.path.join(workdir, "final_metrics.json")
+  if not os.path.exists(final):
+    subprocess.run(command(workdir, seed), cwd=REPO, check=True)
+  with open(final) as f:
+    return json.load(f)
+
+
+def table(results: Dict[int, Dict], test_size: int = 359) -> str:
+  """Markdown table of the seeds with min / mean / max accuracy."""
+  lines = ["| seed | test accuracy (%) | errors (of 359) | wall time (s) |",
+           "|---:|---:|---:|---:|"]
+  accs = []
+  for seed, r in sorted(results.items()):
+    acc = 100 * r["accuracy"]
+    accs.append(acc)
+    lines.append(f"| {seed} | {acc:.2f} | {round(test_size * (1 - r['accuracy']))} | "
+                 f"{r.get('wall_time_sec', float('nan')):.0f} |")
+  lines.append(f"| min / mean / max | {min(accs):.2f} / {sum(accs) / len(accs):.2f} / "
+               f"{max(accs):.2f} | | |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  os.makedirs(_OUT.value, exist_ok=True)
+  results = {}
+  for seed in (int(s) for s in _SEEDS.value):
+    results[seed] = run_seed(_OUT.value, seed)
+    print(f"seed {seed}: test accuracy {100 * results[seed]['accuracy']:.2f}%", flush=True)
+  text = table(results)
+  with open(os.path.join(_OUT.value, "seeds.md"), "w") as f:
+    f.write(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)
