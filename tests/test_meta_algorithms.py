@@ -1,0 +1,269 @@
+"""Implicit MAML, second order with recomputed inner steps, and MAML++'s parts (LSLR,
+multi-step loss, derivative-order annealing): closed forms, hand-computed values and
+float64 central finite differences."""
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+from hypernet.core import functional
+from hypernet.meta import implicit, inner_loop, meta_batch
+from test_meta import (central_fd, classification_task, small_bn_net, squared_error,
+                       toy_inputs, toy_meta_step, toy_target)
+
+
+def mse(y, f):
+  return tf.reduce_mean(tf.square(f - tf.cast(y, f.dtype)))
+
+
+def linear_net(d_in=3, d_out=2):
+  keras.utils.set_random_seed(3)
+  return keras.Sequential([keras.Input((d_in,), dtype="float64"), keras.layers.Dense(
+      d_out, use_bias=False, name="w", dtype="float64")], name="lin")
+
+
+# ------------------------------------------------------------------------ implicit MAML.
+
+def test_conjugate_gradient_solves_spd_system():
+  rng = np.random.default_rng(0)
+  m = rng.normal(size=(5, 5))
+  a = m @ m.T + 5 * np.eye(5)
+  b = rng.normal(size=5)
+  x = implicit.conjugate_gradient(lambda v: [tf.linalg.matvec(tf.constant(a), v[0])],
+                                  [tf.constant(b)], steps=8)
+  np.testing.assert_allclose(x[0].numpy(), np.linalg.solve(a, b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_implicit_meta_gradient_equals_closed_form_on_quadratic(mode):
+  """Linear model W (3x2), L_s = mean((Xs W - Ys)^2): the proximal inner problem has
+  W* = (A + lam I)^-1 (lam Theta + Xs^T Ys / n) with A = Xs^T Xs / n, and
+  dL_q/dTheta = lam (A + lam I)^-1 grad L_q(W*) (Rajeswaran et al. 2019, Eq. 6)."""
+  rng = np.random.default_rng(1)
+  n, nq, lam = 5, 7, 2.0
+  xs, ys = rng.normal(size=(n, 3)) * 0.7, rng.normal(size=(n, 2))
+  xq, yq = rng.normal(size=(nq, 3)), rng.normal(size=(nq, 2))
+  model = linear_net()
+  theta = model.trainable_variables[0].numpy()
+  a = xs.T @ xs / n
+  w_star = np.linalg.solve(a + lam * np.eye(3), lam * theta + xs.T @ ys / n)
+  g_q = xq.T @ (xq @ w_star - yq) / nq
+  expected = lam * np.linalg.solve(a + lam * np.eye(3), g_q)
+
+  learner = implicit.ImplicitMAML(model, mse, inner_lr=0.3, inner_steps=150, lam=lam,
+                                  cg_steps=6)
+
+  def step():
+    with tf.GradientTape() as tape:
+      fast, _ = learner.adapt(tf.constant(xs), tf.constant(ys))
+      loss = mse(yq, functional.functional_call(model, fast, tf.constant(xq)))
+    return fast["w/kernel"], tape.gradient(loss, model.trainable_variables)[0]
+
+  if mode == "function":
+    step = tf.function(step)
+  w, grad = step()
+  np.testing.assert_allclose(w.numpy(), w_star, rtol=1e-12)
+  np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-10)
+  # Not MAML's gradient: first order (the query gradient at W*) differs.
+  assert np.abs(g_q - expected).max() > 1e-2
+
+
+def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
+  """With BatchNorm (float64) the accumulated meta-batch gradient equals one tape over
+  meta_batch_loss; fewer CG steps give a different (approximate) gradient."""
+  model = small_bn_net()
+  tasks = [classification_task(s) for s in (0, 1)]
+  batch = {k: tf.stack([t[i] for t in tasks])
+           for i, k in enumerate(meta_batch.BATCH_KEYS)}
+  learner = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
+                                  inner_steps=5, lam=1.0, cg_steps=12)
+  variables = model.trainable_variables
+  acc = tf.function(lambda: meta_batch.meta_batch_gradients(learner, batch, variables))()
+  with tf.GradientTape() as tape:
+    loss = meta_batch.meta_batch_loss(learner, batch).loss
+  direct = tape.gradient(loss, variables)
+  for v, a, d in zip(variables, acc.variable_grads, direct):
+    np.testing.assert_allclose(a.numpy(), d.numpy(), rtol=1e-9, atol=1e-12, err_msg=v.path)
+  one_cg = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
+                                 inner_steps=5, lam=1.0, cg_steps=1)
+  with tf.GradientTape() as tape:
+    loss1 = meta_batch.meta_batch_loss(one_cg, batch).loss
+  rough = tape.gradient(loss1, variables)
+  assert max(np.abs(a.numpy() - b.numpy()).max() for a, b in zip(rough, direct)) > 1e-6
+
+
+def test_implicit_bad_arguments_name_the_field():
+  with pytest.raises(ValueError, match="imaml_lambda"):
+    implicit.ImplicitMAML(linear_net(), mse, lam=0.0)
+  with pytest.raises(ValueError, match="imaml_cg_steps"):
+    implicit.ImplicitMAML(linear_net(), mse, cg_steps=0)
+
+
+# ---------------------------------------------------- second order, recomputed steps.
+
+def _grads(learner, task, variables, fn=None):
+  sx, sy, qx, qy = task
+
+  def run():
+    with tf.GradientTape() as tape:
+      fast, state = learner.adapt(sx, sy)
+      out = functional.functional_call(learner.model, fast, qx, training=True, state=state)
+      loss = learner.loss_fn(qy, out)
+    return loss, tape.gradient(loss, variables)
+  return (tf.function(run) if fn else run)()
+
+
+@pytest.mark.parametrize("adapt,mode", [(None, "eager"), ("head/*", "eager"),
+                                        ("head/*", "function")])
+def test_recompute_equals_stored_second_order(adapt, mode):
+  """Same loss and meta-gradient (float64), also for weights that are not adapted (whose
+  meta-gradient has a second-order part through the inner loop) and LSLR rates."""
+  model = small_bn_net()
+  kwargs = dict(inner_lr=0.5, inner_steps=3, adapt=adapt, lslr=True)
+  stored = inner_loop.MAML(model, "sparse_softmax_cross_entropy", **kwargs)
+  recomputed = inner_loop.MAML(model, "sparse_softmax_cross_entropy", recompute=True,
+                               **kwargs)
+  task = classification_task(0)
+  fn = mode == "function"
+  loss_a, ga = _grads(stored, task, model.trainable_variables + list(stored.trainable_variables),
+                      fn)
+  loss_b, gb = _grads(recomputed, task,
+                      model.trainable_variables + list(recomputed.trainable_variables), fn)
+  np.testing.assert_allclose(loss_b.numpy(), loss_a.numpy(), rtol=1e-14)
+  for a, b in zip(ga, gb):
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10, atol=1e-14)
+  assert max(np.abs(g.numpy()).max() for g in gb[len(model.trainable_variables):]) > 1e-4
+
+
+def test_recompute_toy_values_exact():
+  """The toy problem of test_meta: 2 steps, d L_q/d theta0 = 2 (0.36 - 3) 0.8^2."""
+  learner = inner_loop.MAML(toy_target("dense", "float64"), squared_error, inner_lr=0.1,
+                            inner_steps=2, recompute=True)
+  model = learner.model
+  with tf.GradientTape() as tape:
+    fast, _ = learner.adapt(tf.ones([1, 1], tf.float64), tf.constant([1.0]))
+    loss = squared_error(tf.constant([3.0]), functional.functional_call(
+        model, fast, tf.ones([1, 1], tf.float64)))
+  grad = tape.gradient(loss, model.trainable_variables)[0]
+  np.testing.assert_allclose(grad.numpy().ravel(), [2 * (0.36 - 3) * 0.64], rtol=1e-14)
+
+
+def test_recompute_meta_batch_gradients_match():
+  model = small_bn_net()
+  tasks = [classification_task(s) for s in (0, 1, 2)]
+  batch = {k: tf.stack([t[i] for t in tasks])
+           for i, k in enumerate(meta_batch.BATCH_KEYS)}
+  out = []
+  for recompute in (False, True):
+    learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.5,
+                              inner_steps=2, recompute=recompute)
+    out.append(tf.function(lambda: meta_batch.meta_batch_gradients(
+        learner, batch, model.trainable_variables, parallel_iterations=2,
+        staggered=True))().variable_grads)
+  for a, b in zip(*out):
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10, atol=1e-14)
+
+
+# ------------------------------------------------------------------------------ MAML++.
+
+def test_lslr_learning_rate_gradient_matches_finite_differences():
+  model = small_bn_net()
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.4,
+                            inner_steps=2, lslr=True)
+  assert [tuple(v.shape) for v in learner.step_lrs.values()] == [(2,)] * 6
+  sx, sy, qx, qy = classification_task(4)
+
+  def f():
+    fast, state = learner.adapt(sx, sy)
+    return learner.loss_fn(qy, functional.functional_call(model, fast, qx, training=True,
+                                                           state=state))
+  with tf.GradientTape() as tape:
+    loss = f()
+  rates = list(learner.step_lrs.values())
+  grads = tape.gradient(loss, rates)
+  fd = central_fd(f, rates)
+  for v, g, n in zip(rates, grads, fd):
+    np.testing.assert_allclose(g.numpy(), n, rtol=1e-6, atol=1e-10, err_msg=v.name)
+  # The rates are per step: different gradients at step 0 and 1.
+  assert abs(grads[0].numpy()[0] - grads[0].numpy()[1]) > 1e-6
+
+
+def test_lslr_toy_per_step_rates():
+  """theta1 = theta0 - 2 a0 (theta0 - 1), theta2 = theta1 - 2 a1 (theta1 - 1) with
+  theta0 = 0, a0 = 0.1, a1 = 0.2: theta1 = 0.2, theta2 = 0.52;
+  dL/da1 = 2 (theta2 - 3) * (-2 (theta1 - 1)) = 2 (-2.48) (1.6) = -7.936."""
+  learner = inner_loop.MAML(toy_target("dense", "float64"), squared_error, inner_lr=0.1,
+                            inner_steps=2, lslr=True)
+  learner.step_lrs["w/kernel"].assign([0.1, 0.2])
+  model = learner.model
+  with tf.GradientTape() as tape:
+    fast, _ = learner.adapt(tf.ones([1, 1], tf.float64), tf.constant([1.0]))
+    loss = squared_error(tf.constant([3.0]), functional.functional_call(
+        model, fast, tf.ones([1, 1], tf.float64)))
+  np.testing.assert_allclose(fast["w/kernel"].numpy().ravel(), [0.52], rtol=1e-14)
+  g = tape.gradient(loss, learner.step_lrs["w/kernel"])
+  # dtheta2/da0 = -2 (theta0 - 1) (1 - 2 a1) = 2 * 0.6 = 1.2 -> dL/da0 = 2(-2.48)(1.2)
+  np.testing.assert_allclose(g.numpy(), [2 * -2.48 * 1.2, -7.936], rtol=1e-12)
+
+
+def _toy_batch():
+  x = tf.ones([1, 1, 1], tf.float64)
+  return {"support_x": x, "support_y": tf.constant([[1.0]], tf.float64),
+          "query_x": x, "query_y": tf.constant([[3.0]], tf.float64)}
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_multi_step_loss_is_weighted_sum_of_per_step_meta_gradients(recompute):
+  """Toy quadratic (test_meta): d L_q(theta1)/d theta0 = -4.48, d L_q(theta2)/d theta0 =
+  -3.3792; the MSL with w = (0.3, 0.7) has 0.3 (-4.48) + 0.7 (-3.3792)."""
+  learner = inner_loop.MAML(toy_target("dense", "float64"), squared_error, inner_lr=0.1,
+                            inner_steps=2, multi_step_loss=True, recompute=recompute)
+  learner.msl_weights = tf.constant([0.3, 0.7], tf.float64)
+  variables = learner.model.trainable_variables
+  expected = 0.3 * -4.48 + 0.7 * -3.3792
+  with tf.GradientTape() as tape:
+    result = meta_batch.meta_batch_loss(learner, _toy_batch())
+  np.testing.assert_allclose(tape.gradient(result.loss, variables)[0].numpy().ravel(),
+                             [expected], rtol=1e-13)
+  np.testing.assert_allclose(result.loss.numpy(),
+                             0.3 * (0.2 - 3) ** 2 + 0.7 * (0.36 - 3) ** 2, rtol=1e-13)
+  # The reported query loss is the last step's.
+  np.testing.assert_allclose(result.metrics["query_loss_after"].numpy(), (0.36 - 3) ** 2,
+                             rtol=1e-13)
+  acc = tf.function(lambda: meta_batch.meta_batch_gradients(
+      learner, _toy_batch(), variables, parallel_iterations=2, staggered=True))()
+  np.testing.assert_allclose(acc.variable_grads[0].numpy().ravel(), [expected], rtol=1e-13)
+
+
+def test_msl_weights_schedule():
+  """K = 5, annealed over 100 meta-steps: 1/5 each at step 0; at step 50 the non-final
+  ones are 0.2 - 0.5/5 = 0.1 and the last 0.2 + 0.5 * 4/5 = 0.6; at the end the floor
+  0.03/5 and 1 - 4 * 0.006."""
+  w = lambda s: inner_loop.msl_weights(s, 100, 5, tf.float64).numpy()
+  np.testing.assert_allclose(w(0), [0.2] * 5, rtol=1e-15)
+  np.testing.assert_allclose(w(50), [0.1] * 4 + [0.6], rtol=1e-14)
+  np.testing.assert_allclose(w(1000), [0.006] * 4 + [0.976], rtol=1e-14)
+  for s in (0, 37, 50, 99, 1000):
+    np.testing.assert_allclose(w(s).sum(), 1.0, rtol=1e-14)
+  with pytest.raises(ValueError, match="msl_anneal_steps"):
+    inner_loop.msl_weights(0, 0, 5)
+
+
+def test_derivative_order_annealing_switches_in_one_trace():
+  """first_order_now as a tensor: first order (-5.28) while true, second order (-3.3792)
+  after, in one traced function (the toy problem, 2 steps)."""
+  learner = inner_loop.MAML(toy_target("dense"), squared_error, inner_lr=0.1,
+                            inner_steps=2)
+  flag = tf.Variable(True)
+
+  @tf.function
+  def step():
+    learner.first_order_now = tf.identity(flag)
+    try:
+      return toy_meta_step(learner, "dense")
+    finally:
+      learner.first_order_now = None
+  np.testing.assert_allclose(step()[2][0].numpy(), [-5.28], rtol=1e-6)
+  flag.assign(False)
+  np.testing.assert_allclose(step()[2][0].numpy(), [-3.3792], rtol=1e-6)
+  assert step.experimental_get_tracing_count() == 1
