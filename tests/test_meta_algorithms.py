@@ -267,3 +267,80 @@ def test_derivative_order_annealing_switches_in_one_trace():
   flag.assign(False)
   np.testing.assert_allclose(step()[2][0].numpy(), [-3.3792], rtol=1e-6)
   assert step.experimental_get_tracing_count() == 1
+
+
+# ----------------------------------------------------------------- per-step BatchNorm.
+
+def per_step_net(rows, statistics=True, weights=False):
+  """float64 Dense(3) -> per-step BN -> tanh -> Dense(3) "head"."""
+  from hypernet.meta import per_step_bn
+  keras.utils.set_random_seed(2)
+  return keras.Sequential([
+      keras.Input((2,), dtype="float64"),
+      keras.layers.Dense(3, name="body", dtype="float64"),
+      per_step_bn.PerStepBatchNormalization(rows, per_step_statistics=statistics,
+                                            per_step_weights=weights, name="bn",
+                                            dtype="float64"),
+      keras.layers.Activation("tanh", name="tanh", dtype="float64"),
+      keras.layers.Dense(3, name="head", dtype="float64"),
+  ], name="psnet")
+
+
+def test_per_step_statistics_move_one_row_per_step():
+  """Inner step k moves row k by (1 - 0.99) (batch mean - row) of the pre-BN features at
+  that step's weights; the query pass moves row K; inference reads row K."""
+  model = per_step_net(rows=4)
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.5,
+                            inner_steps=2)
+  sx, sy, qx, qy = classification_task(5)
+  steps, state = learner.adapt_steps(sx, sy)
+  weights = [learner.initial_weights()] + steps
+  pre = lambda w, x: (x.numpy() @ w["body/kernel"].numpy() + w["body/bias"].numpy())
+  mean = state["bn/moving_mean"].numpy()
+  for k in range(2):
+    np.testing.assert_allclose(mean[k], 0.01 * pre(weights[k], sx).mean(0), rtol=1e-12)
+    var = pre(weights[k], sx).var(0)
+    np.testing.assert_allclose(state["bn/moving_variance"].numpy()[k], 0.99 + 0.01 * var,
+                               rtol=1e-12)
+  np.testing.assert_array_equal(mean[2:], 0.0)  # not moved by the inner loop
+  out, new_state = functional.functional_call(model, steps[-1], qx, training=True,
+                                              return_state=True, state=state)
+  np.testing.assert_allclose(new_state["bn/moving_mean"].numpy()[2],
+                             0.01 * pre(steps[-1], qx).mean(0), rtol=1e-12)
+  np.testing.assert_array_equal(new_state["bn/moving_mean"].numpy()[:2], mean[:2])
+  # Inference mode at the query pass (row K = 2) normalises with that row.
+  out = functional.functional_call(model, steps[-1], qx, training=False, state=new_state)
+  h = pre(steps[-1], qx)
+  m, v = new_state["bn/moving_mean"].numpy()[2], new_state["bn/moving_variance"].numpy()[2]
+  bn = ((h - m) / np.sqrt(v + 1e-3) * steps[-1]["bn/gamma"].numpy()[0]
+        + steps[-1]["bn/beta"].numpy()[0])  # (adapted; one row without per-step weights)
+  expected = np.tanh(bn) @ steps[-1]["head/kernel"].numpy() + steps[-1]["head/bias"].numpy()
+  np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_per_step_bn_weights_meta_gradient_matches_finite_differences(recompute):
+  """Second order through per-step gamma / beta (not adapted: MAML++) and per-step
+  statistics: the meta-gradient equals central finite differences; every row of gamma
+  used (steps 0, 1 and the query pass) gets a gradient."""
+  model = per_step_net(rows=3, weights=True)
+  keras.utils.set_random_seed(0)
+  for v in model.get_layer("bn").trainable_variables:
+    v.assign(np.random.default_rng(1).normal(size=v.shape) * 0.3 + v.numpy())
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.5,
+                            inner_steps=2, adapt="body/*,head/*", recompute=recompute)
+  sx, sy, qx, qy = classification_task(6)
+
+  def f():
+    fast, state = learner.adapt(sx, sy)
+    return learner.loss_fn(qy, functional.functional_call(model, fast, qx, training=True,
+                                                           state=state))
+  variables = model.trainable_variables
+  with tf.GradientTape() as tape:
+    loss = f()
+  grads = tape.gradient(loss, variables)
+  fd = central_fd(f, variables)
+  for v, g, n in zip(variables, grads, fd):
+    np.testing.assert_allclose(g.numpy(), n, rtol=1e-5, atol=1e-8, err_msg=v.path)
+  gamma = grads[[v.path for v in variables].index("psnet/bn/gamma")].numpy()
+  assert np.all(np.abs(gamma).max(axis=1) > 1e-6)

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from hypernet.core import functional, ops
 from hypernet.numerics import plain_bias, second_order
-from hypernet.meta import losses
+from hypernet.meta import losses, per_step_bn
 
 Weights = Mapping[str, tf.Tensor]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -135,9 +135,10 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       tape.watch(params)
       call_weights = dict(fast)
       call_weights.update(zip(adapted, params))
-      outputs, state = plain_bias.call(functional.functional_call,
-          model, call_weights, support_x, training=training, return_state=True,
-          state=state)
+      with per_step_bn.step_scope(step):  # MAML++'s per-step BatchNorm rows, if any.
+        outputs, state = plain_bias.call(functional.functional_call,
+            model, call_weights, support_x, training=training, return_state=True,
+            state=state)
       loss = loss_fn(support_y, outputs)
     grads = tape.gradient(loss, params)
     missing = [p for p, g in zip(adapted, grads) if g is None]
@@ -230,9 +231,10 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     call_weights.update(zip(adapted, params))
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(params)
-      outputs, new_state = plain_bias.call(functional.functional_call,
-          model, call_weights, support_x, training=training, return_state=True,
-          state=step_state)
+      with per_step_bn.step_scope(step):
+        outputs, new_state = plain_bias.call(functional.functional_call,
+            model, call_weights, support_x, training=training, return_state=True,
+            state=step_state)
       loss = loss_fn(support_y, outputs)
     grads = tape.gradient(loss, params)
     missing = [p for p, g in zip(adapted, grads) if g is None]
@@ -266,6 +268,7 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
       phis.append([tf.stop_gradient(t) for t in new])
       states.append(new_state)
     outputs = phis[1:] if return_steps else phis[-1:]
+    per_step_bn.set_step(inner_steps)  # The query pass's row (per-step BatchNorm).
 
     def grad(*upstream):
       upstream = [tf.zeros_like(t) if u is None else tf.convert_to_tensor(u)
@@ -288,6 +291,7 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
         g_phi = back[:n_adapted]
         g_other = [a + b for a, b in zip(g_other, back[n_adapted:n_adapted + len(others)])]
         g_lr = [a + b for a, b in zip(g_lr, back[n_adapted + len(others):])]
+      per_step_bn.set_step(inner_steps)
       by = dict(zip(adapted, g_phi))
       by.update(zip(others, g_other))
       return [by[p] for p in paths] + g_lr

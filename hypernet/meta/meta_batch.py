@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.numerics import norm_relu_pool, plain_bias
-from hypernet.meta import losses
+from hypernet.meta import losses, per_step_bn
 
 Weights = Mapping[str, tf.Tensor]
 BATCH_KEYS = ("support_x", "support_y", "query_x", "query_y")
@@ -147,8 +147,9 @@ def _objective(learner, model, steps, qx, qy, state, final_loss, query_training)
   weights = tf.cast(weights, final_loss.dtype)
   total = weights[-1] * final_loss
   for k, fast in enumerate(steps[:-1]):
-    out = plain_bias.call(functional.functional_call, model, fast, qx,
-                          training=query_training, state=state)
+    with per_step_bn.step_scope(k + 1):  # After k + 1 steps: per-step BatchNorm row k+1.
+      out = plain_bias.call(functional.functional_call, model, fast, qx,
+                            training=query_training, state=state)
     total += weights[k] * learner.loss_fn(qy, out)
   return total
 
