@@ -9,10 +9,12 @@ K-shot on 28x28 random images (memory and time do not depend on the pixels), Q q
 per class, a meta-batch of ``--tasks`` tasks accumulated one at a time
 (:func:`hypernet.meta.meta_batch_gradients`, ``parallel_iterations=1``: memory of one
 task) in a ``tf.function``. After a warm-up step (tracing) the process's peak-RSS mark
-is reset (``/proc/self/clear_refs``) and ``--steps`` meta-steps are timed; printed:
-steps/s, the peak RSS during the timed steps above the RSS after importing TensorFlow
-and hypernet (the import baseline), and the ratios of ``recompute`` to ``stored``
-(time per step, memory). Modes alternate in order per step count so that load from
+is reset (``/proc/self/clear_refs``, and TensorFlow's CPU allocator, a BFC allocator here
+so that it keeps statistics) and ``--steps`` meta-steps are timed; printed: steps/s, the
+peak RSS during the timed steps above the RSS after importing TensorFlow and hypernet
+(the import baseline; it includes the traced graph and, as glibc keeps freed memory, the
+first step's high-water mark), the peak of the tensors alive at once (the allocator's),
+and the ratios of ``recompute`` to ``stored`` (time per step, tensors' peak). Modes alternate in order per step count so that load from
 other jobs hits both.
 
   python benchmarks/inner_steps_memory.py [--steps_list 1,2,5,10] [--ways 5] [--shots 5]
@@ -78,14 +80,23 @@ def worker(args) -> None:
     reset = True
   except OSError:
     reset = False
+  try:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+  except (ValueError, RuntimeError):
+    pass
   t0 = time.perf_counter()
   for _ in range(args.steps):
     step()
   seconds = (time.perf_counter() - t0) / args.steps
+  try:  # TensorFlow's allocator (BFC on CPU, set by main): the tensors' peak.
+    tensor_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] / 2**20
+  except (ValueError, RuntimeError):
+    tensor_peak = float("nan")
   print(json.dumps({"mode": args.mode, "inner_steps": args.inner_steps,
                     "steps_per_s": 1.0 / seconds, "setup_s": setup,
                     "baseline_mb": baseline, "after_trace_mb": after_trace,
                     "peak_mb": _status("VmHWM"), "peak_reset": reset,
+                    "tensor_peak_mb": tensor_peak,
                     "first_loss": first_loss}), flush=True)
 
 
@@ -110,7 +121,9 @@ def main() -> None:
   bad = [m for m in modes if m not in ("stored", "recompute", "imaml")]
   if bad:
     raise SystemExit(f"--modes: unknown {bad}; use stored, recompute, imaml.")
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+  # TensorFlow's BFC allocator on CPU reports the tensors' peak (glibc keeps freed
+  # memory, so the RSS hardly falls after the first step).
+  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", PYTHONPATH=os.pathsep.join(
       [os.path.join(HERE, ".."), os.environ.get("PYTHONPATH", "")]))
   rows = {}
   for i, k in enumerate(int(s) for s in args.steps_list.split(",")):
@@ -123,11 +136,14 @@ def main() -> None:
       rows[(mode, k)] = json.loads(out.stdout.strip().splitlines()[-1])
       r = rows[(mode, k)]
       print(f"# {mode} K={k}: {r['steps_per_s']:.3f} steps/s, peak "
-            f"{r['peak_mb'] - r['baseline_mb']:.0f} MB above import baseline, set-up "
-            f"{r['setup_s']:.1f} s, loss {r['first_loss']:.4f}", flush=True)
+            f"{r['peak_mb'] - r['baseline_mb']:.0f} MB RSS above import baseline, "
+            f"tensors' peak {r['tensor_peak_mb']:.0f} MB, set-up {r['setup_s']:.1f} s, loss "
+            f"{r['first_loss']:.4f}", flush=True)
   print(f"\nconv4 {args.filters} filters, {args.ways}-way {args.shots}-shot, {args.queries} "
         f"queries/class, meta-batch {args.tasks} (one task at a time), {args.steps} timed "
         "steps\n")
+  print("Peak MB: the peak RSS above the import baseline / the peak of TensorFlow's "
+        "allocator (tensors alive at once) in the timed steps.\n")
   print("| inner steps | " + " | ".join(
       f"{m} steps/s | {m} peak MB" for m in modes) + " | recompute/stored time | "
         "recompute/stored memory |")
@@ -136,12 +152,13 @@ def main() -> None:
     cells = []
     for m in modes:
       r = rows[(m, k)]
-      cells += [f"{r['steps_per_s']:.3f}", f"{r['peak_mb'] - r['baseline_mb']:.0f}"]
+      cells += [f"{r['steps_per_s']:.3f}", f"{r['peak_mb'] - r['baseline_mb']:.0f} / "
+                f"{r['tensor_peak_mb']:.0f}"]
     ratio = mem = ""
     if ("stored", k) in rows and ("recompute", k) in rows:
       s, c = rows[("stored", k)], rows[("recompute", k)]
       ratio = f"{s['steps_per_s'] / c['steps_per_s']:.2f}x"
-      mem = f"{(c['peak_mb'] - c['baseline_mb']) / (s['peak_mb'] - s['baseline_mb']):.2f}x"
+      mem = f"{c['tensor_peak_mb'] / s['tensor_peak_mb']:.2f}x"
     print(f"| {k} | " + " | ".join(cells) + f" | {ratio} | {mem} |")
 
 

@@ -50,8 +50,12 @@ def test_implicit_meta_gradient_equals_closed_form_on_quadratic(mode):
   g_q = xq.T @ (xq @ w_star - yq) / nq
   expected = lam * np.linalg.solve(a + lam * np.eye(3), g_q)
 
-  learner = implicit.ImplicitMAML(model, mse, inner_lr=0.3, inner_steps=150, lam=lam,
-                                  cg_steps=6)
+  # Gradient descent on the regularised objective contracts by 1 - (lam + min eig) /
+  # (lam + max eig) <= 0.25 per step at this rate: 40 steps solve it to float64.
+  rate = 1.0 / (lam + np.linalg.eigvalsh(a).max())
+  assert 1 - (lam + np.linalg.eigvalsh(a).min()) * rate <= 0.25
+  learner = implicit.ImplicitMAML(model, mse, inner_lr=float(rate), inner_steps=40,
+                                  lam=lam, cg_steps=6)
 
   def step():
     with tf.GradientTape() as tape:
@@ -76,7 +80,7 @@ def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
   batch = {k: tf.stack([t[i] for t in tasks])
            for i, k in enumerate(meta_batch.BATCH_KEYS)}
   learner = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
-                                  inner_steps=5, lam=1.0, cg_steps=12)
+                                  inner_steps=2, lam=1.0, cg_steps=4)
   variables = model.trainable_variables
   acc = tf.function(lambda: meta_batch.meta_batch_gradients(learner, batch, variables))()
   with tf.GradientTape() as tape:
@@ -85,7 +89,7 @@ def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
   for v, a, d in zip(variables, acc.variable_grads, direct):
     np.testing.assert_allclose(a.numpy(), d.numpy(), rtol=1e-9, atol=1e-12, err_msg=v.path)
   one_cg = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
-                                 inner_steps=5, lam=1.0, cg_steps=1)
+                                 inner_steps=2, lam=1.0, cg_steps=1)
   with tf.GradientTape() as tape:
     loss1 = meta_batch.meta_batch_loss(one_cg, batch).loss
   rough = tape.gradient(loss1, variables)
@@ -249,11 +253,12 @@ def test_msl_weights_schedule():
     inner_loop.msl_weights(0, 0, 5)
 
 
-def test_derivative_order_annealing_switches_in_one_trace():
+@pytest.mark.parametrize("recompute", [False, True])
+def test_derivative_order_annealing_switches_in_one_trace(recompute):
   """first_order_now as a tensor: first order (-5.28) while true, second order (-3.3792)
   after, in one traced function (the toy problem, 2 steps)."""
   learner = inner_loop.MAML(toy_target("dense"), squared_error, inner_lr=0.1,
-                            inner_steps=2)
+                            inner_steps=2, recompute=recompute)
   flag = tf.Variable(True)
 
   @tf.function
@@ -344,3 +349,73 @@ def test_per_step_bn_weights_meta_gradient_matches_finite_differences(recompute)
     np.testing.assert_allclose(g.numpy(), n, rtol=1e-5, atol=1e-8, err_msg=v.path)
   gamma = grads[[v.path for v in variables].index("psnet/bn/gamma")].numpy()
   assert np.all(np.abs(gamma).max(axis=1) > 1e-6)
+
+
+# ------------------------------------------- the Omniglot configs, tiny, through the loop.
+
+def _tiny(name, data_dir):
+  import importlib.util
+  import pathlib
+  from hypernet.training import config_lib
+  path = pathlib.Path(__file__).resolve().parents[1] / "configs" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  config_lib.validate(c)
+  assert c.meta.num_ways == 5 and c.meta.num_shots == 1 and c.meta.eval_episodes == 600
+  assert "images_background_small1.zip" in c.data.omniglot_zips
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.model.conv_widths = (8, 8)
+  c.batch_size, c.eval_batch_size = 2, 4
+  c.meta.num_queries = c.meta.eval_queries = 1
+  c.meta.eval_episodes = 4
+  c.meta.inner_steps = c.meta.eval_inner_steps = 2
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 2, 1, 0, 2
+  return c
+
+
+def test_omniglot_mamlpp_config_trains_evaluates_and_restores_per_step_state(
+    data_dir, tmp_path):
+  from hypernet.training import loop
+  c = _tiny("omniglot_mamlpp", data_dir)
+  c.meta.first_order_steps = 1  # step 0 first order, step 1 second order
+  c.meta.msl_anneal_steps = 2
+  trainer = loop.Trainer(c, str(tmp_path))
+  task = trainer.task
+  assert task.learner.lslr and task.learner.multi_step_loss and task.learner.recompute
+  assert task.bn_mode == "per_step"
+  bn = task.target.get_layer("bn1")
+  assert tuple(bn.moving_mean.shape) == (3, 8) and tuple(bn.gamma.shape) == (3, 8)
+  metrics, first_bad = trainer.train_chunk(trainer.train_iterator(0), 2)
+  assert first_bad == -1 and np.isfinite(metrics["loss"])
+  moved = bn.moving_mean.numpy()
+  assert np.all(np.abs(moved).max(axis=1) > 0)  # every row (2 steps + query) moved
+  rates = {p: v.numpy() for p, v in task.learner.step_lrs.items()}
+  assert any(np.abs(r - 0.1).max() > 0 for r in rates.values())  # LSLR trained
+  ev = trainer.evaluate()
+  assert 0.0 <= ev["accuracy"] <= 1.0 and ev["accuracy_ci95"] >= 0.0
+  trainer.step.assign(2)
+  trainer.manager.save(checkpoint_number=2)
+  restored = loop.Trainer(c, str(tmp_path))
+  assert restored.restore() == 2
+  np.testing.assert_array_equal(restored.task.target.get_layer("bn1").moving_mean.numpy(),
+                                moved)
+  for p, r in rates.items():
+    np.testing.assert_array_equal(restored.task.learner.step_lrs[p].numpy(), r)
+
+
+def test_omniglot_imaml_config_trains_and_evaluates(data_dir, tmp_path):
+  from hypernet.training import loop
+  c = _tiny("omniglot_imaml", data_dir)
+  c.meta.imaml_cg_steps = 2
+  trainer = loop.Trainer(c, str(tmp_path))
+  assert trainer.task.learner.lam == 2.0 and trainer.task.learner.cg_steps == 2
+  before = [v.numpy() for v in trainer.variables]
+  metrics, first_bad = trainer.train_chunk(trainer.train_iterator(0), 2)
+  assert first_bad == -1 and np.isfinite(metrics["loss"])
+  # Every kernel moved (a conv bias before BatchNorm has no gradient in training mode).
+  assert all(np.abs(a - v.numpy()).max() > 0 for a, v in zip(before, trainer.variables)
+             if "kernel" in v.path)
+  ev = trainer.evaluate()
+  assert 0.0 <= ev["accuracy"] <= 1.0 and ev["accuracy_ci95"] >= 0.0

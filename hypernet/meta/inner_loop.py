@@ -179,7 +179,8 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
 def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],
                         adapted: List[str], support_x, support_y, *, inner_lr,
                         inner_steps: int, training: Optional[bool] = True,
-                        state: Optional[Weights] = None, return_steps: bool = False):
+                        state: Optional[Weights] = None, return_steps: bool = False,
+                        second_order_scale=None):
   """Second-order :func:`inner_sgd` whose memory does not grow with ``inner_steps``.
 
   The same values and the same exact second-order meta-gradient as
@@ -198,6 +199,11 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   query pass does not read). Every trainable weight of the target is an input of the
   custom gradient (read from its variable when not in ``weights``), so the meta-gradient
   reaches the weights that are not adapted and learned learning rates given as tensors.
+
+  ``second_order_scale``: optional scalar tensor multiplying the second-order terms
+  (the gradient through the inner gradients): 0 gives first order's meta-gradient, 1
+  (or ``None``) second order's; MAML++'s derivative-order annealing switches it in one
+  graph (the backward pass costs second order's either way).
 
   Raises:
     MissingInnerGradientError: an adapted weight does not affect the support loss.
@@ -245,6 +251,9 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
           "adapted weights (the adapt= / exclude= path patterns).")
     new = []
     for p, w, g in zip(adapted, params, grads):
+      if second_order_scale is not None:
+        fixed = tf.stop_gradient(g)
+        g = fixed + tf.cast(second_order_scale, g.dtype) * (g - fixed)
       lr = step_learning_rate(inner_lr, step, p)
       if id(lr) in lr_index:
         lr = lrs[lr_index[id(lr)]]
@@ -282,7 +291,11 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
                                                      else None)
         if extra is not None:
           g_phi = [a + b for a, b in zip(g_phi, extra)]
-        params = phis[step]
+        # The replay of step k waits for the gradient from step k+1: otherwise the
+        # executor may run every step's replayed forward pass as soon as its weights
+        # exist, all at once, and keep all their activations (what recomputing saves).
+        with tf.control_dependencies(g_phi):
+          params = [tf.identity(t) for t in phis[step]]
         with tf.GradientTape(watch_accessed_variables=False) as tape:
           tape.watch(params + other_weights + lrs)
           new, _ = support_grads(params, other_weights, lrs, states[step], step)
@@ -491,12 +504,13 @@ class MAML(tf.Module):
     return [{p: r[min(k, last)] for p, r in rates.items()} for k in range(self.inner_steps)]
 
   def _inner(self, support_x, support_y, init, state, first_order: bool,
-             return_steps: bool):
+             return_steps: bool, second_order_scale=None):
     kwargs = dict(inner_lr=self.inner_learning_rates(), inner_steps=self.inner_steps,
                   training=self.inner_training, state=state, return_steps=return_steps)
     if self.recompute and not first_order:
       return inner_sgd_recompute(self._model, self.loss_fn, init, self.adapted_paths,
-                                 support_x, support_y, **kwargs)
+                                 support_x, support_y,
+                                 second_order_scale=second_order_scale, **kwargs)
     return inner_sgd(self._model, self.loss_fn, init, self.adapted_paths, support_x,
                      support_y, first_order=first_order, **kwargs)
 
@@ -514,6 +528,12 @@ class MAML(tf.Module):
       return self._inner(support_x, support_y, init, state, self.first_order, return_steps)
     if not tf.is_tensor(switch):
       return self._inner(support_x, support_y, init, state, bool(switch), return_steps)
+    if self.recompute:
+      # The recomputed backward pass scales its second-order terms by 0 or 1 (a
+      # tf.cond around the custom gradient does not differentiate inside a while loop).
+      scale = 1.0 - tf.cast(switch, init[self.adapted_paths[0]].dtype)
+      return self._inner(support_x, support_y, init, state, False, return_steps,
+                         second_order_scale=scale)
     # Derivative-order annealing: both orders traced, the taken branch alone runs (and
     # only its backward pass: the gradient of a cond is a cond).
     state = read_state(self._model, state)
