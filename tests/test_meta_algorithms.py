@@ -419,3 +419,30 @@ def test_omniglot_imaml_config_trains_and_evaluates(data_dir, tmp_path):
              if "kernel" in v.path)
   ev = trainer.evaluate()
   assert 0.0 <= ev["accuracy"] <= 1.0 and ev["accuracy_ci95"] >= 0.0
+
+
+@pytest.mark.parametrize("bn_mode", ["transductive", "inference"])
+def test_bn_mode_at_meta_test(bn_mode):
+  """config.meta.bn_mode: at meta-test the query loss at the initial weights is the
+  target's own Keras call in inference mode (running statistics: each query on its own)
+  for "inference", in training mode (the query set's batch statistics) for
+  "transductive"."""
+  from hypernet.training import meta_tasks
+  from test_meta_tasks import _digits_config
+  c = _digits_config()
+  c.meta.bn_mode = bn_mode
+  task = meta_tasks.MetaLearningTask(c)
+  # Running statistics away from their initial values, so that the modes differ.
+  for layer in task.target.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      layer.moving_mean.assign(np.full(layer.moving_mean.shape, 0.3, np.float32))
+      layer.moving_variance.assign(np.full(layer.moving_variance.shape, 2.0, np.float32))
+  batch = next(iter(task.eval_dataset(c.eval_batch_size)))
+  got = task._adapted_meta_batch(batch, 1).per_task["query_loss_before"].numpy()
+  training = bn_mode == "transductive"
+  expected = [float(task.learner.loss_fn(qy, task.target(qx, training=training)))
+              for qx, qy in zip(batch["query_x"], batch["query_y"])]
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+  other = [float(task.learner.loss_fn(qy, task.target(qx, training=not training)))
+           for qx, qy in zip(batch["query_x"], batch["query_y"])]
+  assert np.abs(np.array(other) - got).max() > 1e-3
