@@ -153,6 +153,9 @@ def test_choices_agree_with_the_modules_that_use_them():
   from hypernet.training import distribute, sources
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
+  from hypernet.training import meta_tasks
+  assert config_lib.CHOICES["meta.learner"] == meta_tasks.LEARNERS
+  assert config_lib.CHOICES["meta.bn_mode"] == meta_tasks.BN_MODES
   assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES

@@ -10,10 +10,14 @@ from typing import Optional, Sequence
 
 import keras
 
+from hypernet.meta import per_step_bn
+
 
 def make_conv4(num_classes: int = 5, input_shape: Sequence[int] = (28, 28, 1), *,
                filters: int = 64, num_blocks: int = 4, dtype: Optional[str] = None,
-               name: str = "conv4") -> keras.Sequential:
+               name: str = "conv4", per_step_rows: int = 0,
+               per_step_statistics: bool = False,
+               per_step_weights: bool = False) -> keras.Sequential:
   """Builds the conv4 target network as a built ``keras.Sequential``.
 
   Layer (and so weight path) names: ``conv{i}/kernel``, ``conv{i}/bias``,
@@ -29,6 +33,11 @@ def make_conv4(num_classes: int = 5, input_shape: Sequence[int] = (28, 28, 1), *
     dtype: the layers' dtype (e.g. ``"float64"`` for finite-difference tests); ``None``
       for Keras' default (float32).
     name: model name.
+    per_step_rows: with ``per_step_statistics`` or ``per_step_weights``, the BatchNorm
+      layers are :class:`hypernet.meta.per_step_bn.PerStepBatchNormalization` with this
+      many rows (inner steps + 1; MAML++), same weight paths with a leading row axis.
+    per_step_statistics: per-step moving statistics (MAML++).
+    per_step_weights: per-step ``gamma`` / ``beta`` (MAML++).
 
   Returns:
     The model; outputs are ``[B, num_classes]`` logits.
@@ -37,6 +46,9 @@ def make_conv4(num_classes: int = 5, input_shape: Sequence[int] = (28, 28, 1), *
     ValueError: the input is too small for ``num_blocks`` 2x2 poolings.
   """
   h, w = int(input_shape[0]), int(input_shape[1])
+  if (per_step_statistics or per_step_weights) and per_step_rows < 1:
+    raise ValueError(f"per_step_rows={per_step_rows}: per-step BatchNorm needs one row per "
+                     "inner step plus one for the query pass (inner_steps + 1).")
   if min(h, w) < 2 ** num_blocks:
     raise ValueError(f"input_shape={tuple(input_shape)} is too small for num_blocks="
                      f"{num_blocks} 2x2 max-pools; use at least {2 ** num_blocks} pixels.")
@@ -44,7 +56,11 @@ def make_conv4(num_classes: int = 5, input_shape: Sequence[int] = (28, 28, 1), *
   for i in range(1, num_blocks + 1):
     layers += [
         keras.layers.Conv2D(filters, 3, padding="same", name=f"conv{i}", dtype=dtype),
-        keras.layers.BatchNormalization(name=f"bn{i}", dtype=dtype),
+        (per_step_bn.PerStepBatchNormalization(
+            per_step_rows, per_step_statistics=per_step_statistics,
+            per_step_weights=per_step_weights, name=f"bn{i}", dtype=dtype)
+         if per_step_statistics or per_step_weights else
+         keras.layers.BatchNormalization(name=f"bn{i}", dtype=dtype)),
         keras.layers.ReLU(name=f"relu{i}", dtype=dtype),
         keras.layers.MaxPooling2D(2, name=f"pool{i}", dtype=dtype),
     ]

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from hypernet.core import functional, ops
 from hypernet.numerics import compat, plain_bias, second_order
-from hypernet.meta import losses
+from hypernet.meta import losses, per_step_bn
 
 Weights = Mapping[str, tf.Tensor]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -50,10 +50,38 @@ def _is_recorded(tensor: tf.Tensor) -> bool:
   return bool(query([tensor]))
 
 
+def all_trainable_weights(model: keras.Model, weights: Weights) -> Dict[str, tf.Tensor]:
+  """Every trainable path of ``model`` as a tensor: ``weights[path]`` where given, else
+  the variable's value (a read an outer tape records), then any other paths of
+  ``weights`` (e.g. non-trainable ones given as weights)."""
+  out = {p: (weights[p] if p in weights else tf.convert_to_tensor(v.value))
+         for p, v in functional.variable_paths(model, trainable=True).items()}
+  out.update({p: w for p, w in weights.items() if p not in out})
+  return out
+
+
+def read_state(model: keras.Model, state: Optional[Weights]) -> Dict[str, tf.Tensor]:
+  """The non-trainable state ``{path: tensor}``: ``state`` where given, else the
+  target's non-trainable variables' values."""
+  out = {p: tf.convert_to_tensor(v.value)
+         for p, v in functional.variable_paths(model, trainable=False).items()}
+  out.update(dict(state or {}))
+  return out
+
+
+def step_learning_rate(inner_lr, step: int, path: str):
+  """The inner learning rate of ``path`` at inner step ``step``: ``inner_lr`` is a number
+  or scalar tensor (MAML), ``{path: tensor}`` (Meta-SGD: one per weight entry), or a
+  list with one such entry per inner step (MAML++'s LSLR: ``[{path: scalar}]``)."""
+  if isinstance(inner_lr, (list, tuple)):
+    inner_lr = inner_lr[step]
+  return inner_lr[path] if isinstance(inner_lr, Mapping) else inner_lr
+
+
 def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],
               adapted: List[str], support_x, support_y, *, inner_lr, inner_steps: int,
               first_order: bool, training: Optional[bool] = True,
-              state: Optional[Weights] = None,
+              state: Optional[Weights] = None, return_steps: bool = False,
               ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
   """Runs ``inner_steps`` of gradient descent on the support loss (MAML Eq. 1).
 
@@ -98,6 +126,7 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
   """
   fast = dict(weights)
   state = dict(state) if state else None
+  steps_out = []
   for step in range(inner_steps):
     params = [fast[p] for p in adapted]
     if first_order:
@@ -105,8 +134,9 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       params = [tf.stop_gradient(t) for t in params]
     call_weights = dict(fast)
     call_weights.update(zip(adapted, params))
-    loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
-                                                support_x, support_y, training, state)
+    with per_step_bn.step_scope(step):  # MAML++'s per-step BatchNorm rows, if any.
+      loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
+                                                  support_x, support_y, training, state)
     missing = [p for p, g in zip(adapted, grads) if g is None]
     if missing:
       raise MissingInnerGradientError(
@@ -136,9 +166,13 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     state = new_state
     new = {}
     for p, g in zip(adapted, grads):
-      lr = inner_lr[p] if isinstance(inner_lr, Mapping) else inner_lr
+      lr = step_learning_rate(inner_lr, step, p)
       new[p] = fast[p] - ops.to_dtype(lr, g.dtype) * g
     fast.update(new)
+    if return_steps:
+      steps_out.append(dict(fast))
+  if return_steps:
+    return steps_out, state
   return fast, state
 
 
@@ -211,6 +245,186 @@ def _check_differentiable_gradients(model, loss_fn, call_weights, adapted, suppo
         "nearest-neighbour instead of bilinear resizing).")
 
 
+def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],
+                        adapted: List[str], support_x, support_y, *, inner_lr,
+                        inner_steps: int, training: Optional[bool] = True,
+                        state: Optional[Weights] = None, return_steps: bool = False,
+                        second_order_scale=None):
+  """Second-order :func:`inner_sgd` whose memory does not grow with ``inner_steps``.
+
+  The same values and the same exact second-order meta-gradient as
+  ``inner_sgd(first_order=False)``, by a ``tf.custom_gradient`` around the whole inner
+  loop: the forward pass keeps only the weights after each step (``inner_steps`` copies
+  of the adapted weights, no activation), and the backward pass replays the steps from
+  the last to the first, recomputing each step's support pass and inner gradient under a
+  tape and back-propagating the upstream gradient through it
+  (``g_k = g_{k+1} - alpha_k H_k g_{k+1}``, plus the terms of the weights that are not
+  adapted and of learned learning rates). Peak memory is one inner step's; the price is
+  one more forward and backward support pass per inner step (Griewank and Walther 2008,
+  checkpointing every step; ``benchmarks/inner_steps_memory.py`` measures both).
+
+  Args and returns as :func:`inner_sgd` (always second order). The returned state is
+  not differentiated (its float entries are moving statistics, which a training-mode
+  query pass does not read). Every trainable weight of the target is an input of the
+  custom gradient (read from its variable when not in ``weights``), so the meta-gradient
+  reaches the weights that are not adapted and learned learning rates given as tensors.
+
+  ``second_order_scale``: optional scalar tensor multiplying the second-order terms
+  (the gradient through the inner gradients): 0 gives first order's meta-gradient, 1
+  (or ``None``) second order's; MAML++'s derivative-order annealing switches it in one
+  graph (the backward pass costs second order's either way).
+
+  Raises:
+    MissingInnerGradientError: an adapted weight does not affect the support loss.
+  """
+  full = all_trainable_weights(model, weights)
+  state = read_state(model, state)
+  paths = list(full)
+  others = [p for p in paths if p not in adapted]
+  # Learned learning rates (tensors) are inputs too; numbers are constants.
+  lr_inputs: List[tf.Tensor] = []
+  lr_index = {}
+
+  def collect(value):
+    if isinstance(value, Mapping):
+      for v in value.values():
+        collect(v)
+    elif isinstance(value, (list, tuple)):
+      for v in value:
+        collect(v)
+    elif tf.is_tensor(value) or isinstance(value, tf.Variable):
+      if id(value) not in lr_index:
+        lr_index[id(value)] = len(lr_inputs)
+        lr_inputs.append(value)
+
+  collect(inner_lr)
+  lr_inputs = [tf.convert_to_tensor(v) for v in lr_inputs]
+  n_adapted, n_paths = len(adapted), len(paths)
+
+  def support_grads(params, other_weights, lrs, step_state, step):
+    call_weights = dict(zip(others, other_weights))
+    call_weights.update(zip(adapted, params))
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+      tape.watch(params)
+      with per_step_bn.step_scope(step):
+        outputs, new_state = plain_bias.call(functional.functional_call,
+            model, call_weights, support_x, training=training, return_state=True,
+            state=step_state)
+      loss = loss_fn(support_y, outputs)
+    grads = tape.gradient(loss, params)
+    missing = [p for p, g in zip(adapted, grads) if g is None]
+    if missing:
+      raise MissingInnerGradientError(
+          f"Inner step {step}: the support loss has no gradient with respect to the "
+          f"adapted weight(s) {missing} of model {model.name!r}; exclude them from the "
+          "adapted weights (the adapt= / exclude= path patterns).")
+    new = []
+    for p, w, g in zip(adapted, params, grads):
+      if second_order_scale is not None:
+        fixed = tf.stop_gradient(g)
+        g = fixed + tf.cast(second_order_scale, g.dtype) * (g - fixed)
+      lr = step_learning_rate(inner_lr, step, p)
+      if id(lr) in lr_index:
+        lr = lrs[lr_index[id(lr)]]
+      new.append(w - ops.to_dtype(lr, g.dtype) * g)
+    return new, new_state
+
+  states = [state]
+  phis = []
+
+  @tf.custom_gradient
+  def unrolled(*inputs):
+    # Outer tapes would otherwise record every op of the forward loop (and, eagerly,
+    # keep its tensors): the gradient is ``grad`` below.
+    inputs = [tf.stop_gradient(t) for t in inputs]
+    by_path = dict(zip(paths, inputs[:n_paths]))
+    other_weights = [by_path[p] for p in others]
+    lrs = list(inputs[n_paths:])
+    phis.append([by_path[p] for p in adapted])
+    for step in range(inner_steps):
+      new, new_state = support_grads(phis[-1], other_weights, lrs, states[-1], step)
+      phis.append([tf.stop_gradient(t) for t in new])
+      states.append(new_state)
+    outputs = phis[1:] if return_steps else phis[-1:]
+    per_step_bn.set_step(inner_steps)  # The query pass's row (per-step BatchNorm).
+
+    def grad(*upstream):
+      upstream = [tf.zeros_like(t) if u is None else tf.convert_to_tensor(u)
+                  for t, u in zip([t for ph in outputs for t in ph], upstream)]
+      per_step = [upstream[i * n_adapted:(i + 1) * n_adapted] for i in range(len(outputs))]
+      g_phi = [tf.zeros_like(t) for t in phis[0]]
+      g_other = [tf.zeros_like(t) for t in other_weights]
+      g_lr = [tf.zeros_like(t) for t in lrs]
+      for step in reversed(range(inner_steps)):
+        extra = per_step[step] if return_steps else (per_step[0] if step == inner_steps - 1
+                                                     else None)
+        if extra is not None:
+          g_phi = [a + b for a, b in zip(g_phi, extra)]
+        # The replay of step k waits for the gradient from step k+1: otherwise the
+        # executor may run every step's replayed forward pass as soon as its weights
+        # exist, all at once, and keep all their activations (what recomputing saves).
+        with tf.control_dependencies(g_phi):
+          params = [tf.identity(t) for t in phis[step]]
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+          tape.watch(params + other_weights + lrs)
+          new, _ = support_grads(params, other_weights, lrs, states[step], step)
+        back = tape.gradient(new, params + other_weights + lrs, output_gradients=g_phi,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        g_phi = back[:n_adapted]
+        g_other = [a + b for a, b in zip(g_other, back[n_adapted:n_adapted + len(others)])]
+        g_lr = [a + b for a, b in zip(g_lr, back[n_adapted + len(others):])]
+      per_step_bn.set_step(inner_steps)
+      by = dict(zip(adapted, g_phi))
+      by.update(zip(others, g_other))
+      return [by[p] for p in paths] + g_lr
+
+    return [tf.identity(t) for ph in outputs for t in ph], grad
+
+  flat = unrolled(*([full[p] for p in paths] + lr_inputs))
+  final_state = {p: tf.stop_gradient(t) for p, t in states[-1].items()}
+  steps_out = []
+  for i in range(len(flat) // n_adapted):
+    fast = dict(weights)
+    fast.update(zip(adapted, flat[i * n_adapted:(i + 1) * n_adapted]))
+    steps_out.append(fast)
+  if return_steps:
+    return steps_out, final_state
+  return steps_out[-1], final_state
+
+
+def msl_weights(step, anneal_steps: int, inner_steps: int, dtype=tf.float32) -> tf.Tensor:
+  """MAML++'s annealed multi-step loss weights (Antoniou et al. 2019, Sec. 4 "MSL"; their
+  ``get_per_step_loss_importance_vector``), with meta-steps in place of epochs.
+
+  At meta-step 0 every inner step's query loss weighs ``1/K`` (K = ``inner_steps``); over
+  ``anneal_steps`` meta-steps each non-final weight falls linearly by ``1/K`` to its
+  floor ``0.03/K`` while the final one rises to ``1 - (K-1) 0.03/K``:
+  ``w_i = max(1/K - t/K, 0.03/K)`` for ``i < K-1``, ``w_{K-1} = min(1/K + t (K-1)/K,
+  1 - (K-1) 0.03/K)`` with ``t = step / anneal_steps``.
+
+  Args:
+    step: the meta-step (int or scalar tensor, >= 0).
+    anneal_steps: meta-steps of the annealing (int >= 1).
+    inner_steps: K (int >= 1).
+    dtype: the weights' dtype.
+
+  Returns:
+    A ``[K]`` tensor of ``dtype`` (one weight per inner step; K = 1 gives ``[1]``).
+
+  Raises:
+    ValueError: ``anneal_steps`` or ``inner_steps`` < 1.
+  """
+  if anneal_steps < 1 or inner_steps < 1:
+    raise ValueError(f"msl_weights: anneal_steps (config.meta.msl_anneal_steps) and "
+                     f"inner_steps must be >= 1, got {anneal_steps}, {inner_steps}.")
+  k = float(inner_steps)
+  t = tf.cast(step, dtype) / tf.cast(anneal_steps, dtype)
+  floor = 0.03 / k
+  non_final = tf.maximum(1.0 / k - t / k, floor) * tf.ones([inner_steps - 1], dtype)
+  final = tf.minimum(1.0 / k + t * (k - 1.0) / k, 1.0 - (k - 1.0) * floor)
+  return tf.concat([non_final, tf.reshape(tf.cast(final, dtype), [1])], 0)
+
+
 class MAML(tf.Module):
   """Model-Agnostic Meta-Learning (Finn et al. 2017), second order by default.
 
@@ -238,7 +452,24 @@ class MAML(tf.Module):
       a Noisy Contrastive Learner in Classification", Sec. 4: with the classifier head
       at zero, the pre-adaptation logits are uniform, ``log N`` loss, and the head is
       built by the inner steps alone). Listed in :attr:`untrained_paths`.
+    recompute: second order whose memory does not grow with ``inner_steps``: the inner
+      steps are recomputed in the backward pass (:func:`inner_sgd_recompute`; the same
+      meta-gradient, one more support pass per step). Ignored for first order.
+    lslr: MAML++'s learned per-layer per-step inner learning rates (Antoniou et al.
+      2019, Sec. 4 "LSLR"): one trainable scalar per adapted weight tensor and inner
+      step, initialised to ``inner_lr`` (:attr:`step_lrs`, in ``trainable_variables``).
+    multi_step_loss: MAML++'s multi-step loss (Sec. 4 "MSL"): the outer loss is
+      ``sum_k w_k L_query(theta_k)`` over the weights after every inner step, with the
+      weights :attr:`msl_weights` (set them per meta-step with :func:`msl_weights`);
+      used by :mod:`hypernet.meta.meta_batch` through :meth:`adapt_steps`.
     name: module name.
+
+  Attributes:
+    first_order_now: ``None``, or a scalar bool tensor set by the caller while tracing
+      (MAML++'s derivative-order annealing, Sec. 4 "DA": first order while it is true,
+      e.g. ``meta_step < config.meta.first_order_steps``); overrides ``first_order``.
+    msl_weights: with ``multi_step_loss``, a ``[inner_steps]`` float tensor of per-step
+      query-loss weights set by the caller while tracing (default: all on the last step).
 
   Raises:
     ValueError: bad ``inner_lr`` / ``inner_steps`` / ``loss_fn`` name; a pattern matches
@@ -250,8 +481,14 @@ class MAML(tf.Module):
   def __init__(self, model: keras.Model, loss_fn: LossFn, *, inner_lr: float = 0.4,
                inner_steps: int = 1, adapt=None, exclude=(), first_order: bool = False,
                inner_training: Optional[bool] = True, zero_init=(),
+               recompute: bool = False, lslr: bool = False, multi_step_loss: bool = False,
                name: Optional[str] = None):
     super().__init__(name=name)
+    self.recompute = bool(recompute)
+    self.lslr = bool(lslr)
+    self.multi_step_loss = bool(multi_step_loss)
+    self.first_order_now = None
+    self.msl_weights = None
     if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
       raise ValueError(f"inner_steps must be an int >= 1, got {inner_steps!r}.")
     if not isinstance(inner_lr, (int, float)) or isinstance(inner_lr, bool) or inner_lr <= 0:
@@ -276,6 +513,7 @@ class MAML(tf.Module):
     if not_adapted:
       raise ValueError(f"zero_init={zero_init!r} selects {not_adapted}, which the inner "
                        "loop does not adapt: they would stay zero. Adapt them or drop them.")
+    self._make_step_lrs()
 
   @property
   def untrained_paths(self) -> List[str]:
@@ -312,9 +550,66 @@ class MAML(tf.Module):
       out[p] = tf.zeros(variables[p].shape, variables[p].dtype)
     return out
 
+  def _make_step_lrs(self) -> None:
+    if not self.lslr:
+      return
+    variables = functional.variable_paths(self._model, trainable=True)
+    with self.name_scope:
+      # One scalar per adapted tensor and step; steps beyond inner_steps (a larger
+      # eval_inner_steps) reuse the last step's rate.
+      self.step_lrs: Dict[str, tf.Variable] = {
+          p: tf.Variable(tf.fill([self.inner_steps], tf.constant(
+              self.inner_lr, tf.as_dtype(variables[p].dtype))), trainable=True,
+              name="step_lr_" + p.replace("/", "_"))
+          for p in self.adapted_paths}
+
   def inner_learning_rates(self):
-    """The inner learning rate(s) used by :meth:`adapt`: a float here."""
-    return self.inner_lr
+    """The inner learning rate(s) used by :meth:`adapt`: a float, or with ``lslr`` a list
+    with one ``{path: scalar tensor}`` per inner step."""
+    if not self.lslr:
+      return self.inner_lr
+    rates = {p: tf.convert_to_tensor(v) for p, v in self.step_lrs.items()}
+    last = self.step_lrs[self.adapted_paths[0]].shape[0] - 1
+    return [{p: r[min(k, last)] for p, r in rates.items()} for k in range(self.inner_steps)]
+
+  def _inner(self, support_x, support_y, init, state, first_order: bool,
+             return_steps: bool, second_order_scale=None):
+    kwargs = dict(inner_lr=self.inner_learning_rates(), inner_steps=self.inner_steps,
+                  training=self.inner_training, state=state, return_steps=return_steps)
+    if self.recompute and not first_order:
+      return inner_sgd_recompute(self._model, self.loss_fn, init, self.adapted_paths,
+                                 support_x, support_y,
+                                 second_order_scale=second_order_scale, **kwargs)
+    return inner_sgd(self._model, self.loss_fn, init, self.adapted_paths, support_x,
+                     support_y, first_order=first_order, **kwargs)
+
+  def adapt_steps(self, support_x, support_y, weights: Optional[Weights] = None,
+                  state: Optional[Weights] = None
+                  ) -> Tuple[List[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
+    """As :meth:`adapt`, but returns the fast weights after every inner step: a list of
+    ``inner_steps`` dicts (the multi-step loss), and the state after the last step."""
+    return self._adapt(support_x, support_y, weights, state, return_steps=True)
+
+  def _adapt(self, support_x, support_y, weights, state, return_steps):
+    init = self.initial_weights(weights)
+    switch = self.first_order_now
+    if switch is None or self.first_order:
+      return self._inner(support_x, support_y, init, state, self.first_order, return_steps)
+    if not tf.is_tensor(switch):
+      return self._inner(support_x, support_y, init, state, bool(switch), return_steps)
+    if self.recompute:
+      # The recomputed backward pass scales its second-order terms by 0 or 1 (a
+      # tf.cond around the custom gradient does not differentiate inside a while loop).
+      scale = 1.0 - tf.cast(switch, init[self.adapted_paths[0]].dtype)
+      return self._inner(support_x, support_y, init, state, False, return_steps,
+                         second_order_scale=scale)
+    # Derivative-order annealing: both orders traced, the taken branch alone runs (and
+    # only its backward pass: the gradient of a cond is a cond).
+    state = read_state(self._model, state)
+    return tf.cond(switch,
+                   lambda: self._inner(support_x, support_y, init, state, True, return_steps),
+                   lambda: self._inner(support_x, support_y, init, state, False,
+                                       return_steps))
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
             state: Optional[Weights] = None
@@ -337,11 +632,7 @@ class MAML(tf.Module):
     Raises:
       MissingInnerGradientError: see :func:`inner_sgd`.
     """
-    return inner_sgd(
-        self._model, self.loss_fn, self.initial_weights(weights), self.adapted_paths,
-        support_x, support_y, inner_lr=self.inner_learning_rates(),
-        inner_steps=self.inner_steps, first_order=self.first_order,
-        training=self.inner_training, state=state)
+    return self._adapt(support_x, support_y, weights, state, return_steps=False)
 
 
 class FirstOrderMAML(MAML):

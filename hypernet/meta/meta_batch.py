@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.numerics import norm_relu_pool, plain_bias
-from hypernet.meta import losses
+from hypernet.meta import losses, per_step_bn
 
 Weights = Mapping[str, tf.Tensor]
 BATCH_KEYS = ("support_x", "support_y", "query_x", "query_y")
@@ -122,6 +122,38 @@ def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, q
       result["query_accuracy_before"] = losses.sparse_accuracy(qy, out)
   return {k: tf.cast(v, dtype) for k, v in result.items()}
 
+def uses_multi_step_loss(learner) -> bool:
+  """Whether ``learner`` asks for MAML++'s multi-step loss (``multi_step_loss=True``)."""
+  return bool(getattr(learner, "multi_step_loss", False))
+
+
+def _adapt(learner, sx, sy, init, state):
+  """``(fast weights after each step (a list; the last alone without MSL), state)``."""
+  if uses_multi_step_loss(learner):
+    return learner.adapt_steps(sx, sy, weights=init, state=state)
+  fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+  return [fast], task_state
+
+
+def _objective(learner, model, steps, qx, qy, state, final_loss, query_training):
+  """The differentiated per-task loss: the query loss at the fast weights, or with the
+  multi-step loss ``sum_k w_k L_query(theta_k)`` (``learner.msl_weights``, default all
+  on the last step; Antoniou et al. 2019, Sec. 4)."""
+  if len(steps) == 1:
+    return final_loss
+  weights = learner.msl_weights
+  if weights is None:
+    return final_loss
+  weights = tf.cast(weights, final_loss.dtype)
+  total = weights[-1] * final_loss
+  for k, fast in enumerate(steps[:-1]):
+    with per_step_bn.step_scope(k + 1):  # After k + 1 steps: per-step BatchNorm row k+1.
+      out = plain_bias.call(functional.functional_call, model, fast, qx,
+                            training=query_training, state=state)
+    total += weights[k] * learner.loss_fn(qy, out)
+  return total
+
+
 def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
                     weights: Optional[Weights] = None, state: Optional[Weights] = None,
                     parallel: str = "map_fn", query_training: Optional[bool] = True,
@@ -177,13 +209,23 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   if before_metrics:
     metric_names += [n.replace("_after", "_before") for n in metric_names]
 
+  msl = uses_multi_step_loss(learner)
+  if msl:
+    metric_names.append("msl_objective")
+
   def task(elems):
     sx, sy, qx, qy = elems
-    fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+    steps, task_state = _adapt(learner, sx, sy, init, state)
+    adapted_state = task_state
     out_after, task_state = plain_bias.call(functional.functional_call,
-        model, fast, qx, training=query_training, return_state=True, state=task_state)
-    result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_fn(qy, out_after), init,
+        model, steps[-1], qx, training=query_training, return_state=True, state=task_state)
+    loss_after = loss_fn(qy, out_after)
+    result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init,
                             state, query_training, before_metrics, accuracy, loss_dtype)
+    if msl:
+      result["msl_objective"] = tf.cast(_objective(
+          learner, model, steps, qx, qy, adapted_state, loss_after, query_training),
+          loss_dtype)
     return result, {p: task_state[p] for p in state}
 
   elems = tuple(batch[k] for k in BATCH_KEYS)
@@ -202,7 +244,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
         return task(elems)
 
     per_task, states = tf.vectorized_map(unfused_task, elems, fallback_to_while_loop=True)
-  loss = tf.reduce_mean(per_task["query_loss_after"])
+  loss = tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"])
   metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
   new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
                for p, s in states.items()}
@@ -319,12 +361,14 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     sx, sy, qx, qy = (tf.gather(batch[k], i) for k in BATCH_KEYS)
     sources = [weights[p] for p in weight_paths] + variables
 
-    def query_pass(fast_weights, qx, query_state):
-      out, new_state = plain_bias.call(functional.functional_call, model, fast_weights, qx,
+    def query_pass(steps, qx, query_state):
+      out, new_state = plain_bias.call(functional.functional_call, model, steps[-1], qx,
                                        training=query_training, return_state=True,
                                        state=query_state)
       loss = loss_fn(qy, out)
-      return out, new_state, loss, loss * tf.cast(task_weight, loss.dtype)
+      objective = _objective(learner, model, steps, qx, qy, query_state, loss,
+                             query_training)
+      return out, new_state, loss, objective * tf.cast(task_weight, loss.dtype)
 
     # Watches the trainable variables read in the task (the gradient is asked for
     # ``variables`` only) and the given weights. Unstaggered: the whole task; staggered:
@@ -332,9 +376,10 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     with tf.GradientTape() as tape:
       tape.watch([weights[p] for p in weight_paths])
       init = learner.initial_weights(weights)
-      fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+      steps, task_state = _adapt(learner, sx, sy, init, state)
+      fast = steps[-1]
       if token is None:
-        out_after, task_state, loss, scaled = query_pass(fast, qx, task_state)
+        out_after, task_state, loss, scaled = query_pass(steps, qx, task_state)
     if token is None:
       grads = tape.gradient(scaled, sources)
       token_out = None
@@ -353,7 +398,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
         qx = tf.identity(qx)
       with tf.GradientTape() as query_tape:
         query_tape.watch(fixed + [weights[p] for p in weight_paths])
-        out_after, task_state, loss, scaled = query_pass(fixed_fast, qx, query_state)
+        out_after, task_state, loss, scaled = query_pass([fixed_fast], qx, query_state)
       parts = query_tape.gradient(scaled, fixed + sources)
       pairs = [(t, g) for t, g in zip(adapted, parts[:len(adapted)]) if g is not None]
       through = (tape.gradient([t for t, _ in pairs], sources,
@@ -383,7 +428,9 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   arrays0 = {k: tf.TensorArray(dtype, size=num_tasks, element_shape=[])
              for k in metric_names}
 
-  stagger = bool(staggered) and parallel_iterations > 1
+  # The multi-step loss reads every step's fast weights: not staggered.
+  stagger = (bool(staggered) and parallel_iterations > 1
+             and not uses_multi_step_loss(learner))
 
   def body(i, acc, state_sum, state_first, arrays, token):
     grads, result, task_state, token = one_task(i, token if stagger else None)

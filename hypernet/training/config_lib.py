@@ -38,7 +38,8 @@ CHOICES = {
     "hypernet.kind": ("none", "mlp", "chunked", "static"),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
-    "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet"),
+    "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml"),
+    "meta.bn_mode": ("transductive", "per_step", "inference"),
     "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
 }
 
@@ -297,6 +298,7 @@ def _check_meta(config) -> None:
   if not _finite(mc.inner_lr) or mc.inner_lr <= 0:
     raise ConfigError(f"config.meta.inner_lr must be a positive finite number (the inner "
                       f"loop's step size), got {mc.inner_lr!r}.")
+  _check_meta_algorithms(config)
   if config.task != "few_shot" or config.data.name != "omniglot":
     return
   needed = mc.num_shots + max(mc.num_queries, mc.eval_queries)
@@ -308,6 +310,32 @@ def _check_meta(config) -> None:
   if config.data.num_test_characters < 1:
     raise ConfigError(f"config.data.num_test_characters must be >= 1, got "
                       f"{config.data.num_test_characters}.")
+
+
+def _check_meta_algorithms(config) -> None:
+  """iMAML, recomputed inner steps, MAML++ parts and BatchNorm modes (issue 30)."""
+  mc = config.meta
+  if mc.learner == "imaml":
+    if not _finite(mc.imaml_lambda) or mc.imaml_lambda <= 0:
+      raise ConfigError(f"config.meta.imaml_lambda must be a positive number (the proximal "
+                        f"regularisation), got {mc.imaml_lambda!r}.")
+    _positive_ints(config, "meta", ("imaml_cg_steps",))
+  _positive_ints(config, "meta", ("msl_anneal_steps",))
+  _positive_ints(config, "meta", ("first_order_steps",), 0, " (0: second order throughout.)")
+  plain = mc.learner in ("maml", "fomaml")
+  for name in ("lslr", "multi_step_loss", "recompute_inner_steps"):
+    if mc[name] and not plain:
+      raise ConfigError(f"config.meta.{name}=True needs config.meta.learner 'maml' or "
+                        f"'fomaml' (got {mc.learner!r}); set it to False.")
+  if mc.first_order_steps and mc.learner != "maml":
+    raise ConfigError(f"config.meta.first_order_steps={mc.first_order_steps} (derivative-order "
+                      f"annealing) needs config.meta.learner='maml' (got {mc.learner!r}); "
+                      "set it to 0.")
+  if (mc.bn_mode == "per_step" or mc.per_step_bn_weights) and (
+      config.task != "few_shot" or config.model.name != "conv4" or not plain):
+    raise ConfigError("config.meta.bn_mode='per_step' / per_step_bn_weights=True need "
+                      "config.model.name='conv4' with learner 'maml' or 'fomaml'; use "
+                      "bn_mode='transductive' or 'inference' otherwise.")
 
 
 def _check_continual(config) -> None:
@@ -439,6 +467,10 @@ def _field_used(config, field: str) -> bool:
                           "within_alphabet")
     if name in ("generator_widths", "generator_scale", "first_order"):
       return config.meta.learner == "support_hypernet"
+    if name in ("imaml_lambda", "imaml_cg_steps"):
+      return config.meta.learner == "imaml"
+    if name == "msl_anneal_steps":
+      return bool(config.meta.multi_step_loss)
     if name == "zero_init_head":
       return config.meta.learner != "support_hypernet"
     return name != "mlp_widths" and (
@@ -709,6 +741,25 @@ def base_config():
   c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
   # more query pass per task); evaluation always reports them
   c.meta.mlp_widths = (40, 40)  # sinusoid regressor (ReLU), Finn et al. 2017 Sec. 5.1
+  # Meta-learning algorithms (hypernet/meta/implicit.py, inner_loop.py, per_step_bn.py;
+  # docs/meta_learning_bn.md).
+  c.meta.imaml_lambda = 1.0    # learner "imaml" (Rajeswaran et al. 2019): the proximal
+  # regularisation lambda of the inner problem
+  c.meta.imaml_cg_steps = 5    # learner "imaml": conjugate-gradient iterations per task
+  c.meta.recompute_inner_steps = False  # second order: recompute the inner steps in the
+  # backward pass (the same meta-gradient; memory flat in inner_steps, more compute;
+  # benchmarks/inner_steps_memory.py)
+  # MAML++ (Antoniou et al. 2019), each usable alone (maml / fomaml):
+  c.meta.lslr = False          # learned per-layer per-step inner learning rates
+  c.meta.multi_step_loss = False  # outer loss summed over every inner step, annealed
+  c.meta.msl_anneal_steps = 1000  # meta-steps over which the MSL weights move to the last
+  c.meta.first_order_steps = 0  # derivative-order annealing: first order for the first
+  # N meta-steps, then second order
+  c.meta.bn_mode = "transductive"  # transductive (batch statistics everywhere, also at
+  # meta-test) | per_step (MAML++ per-step running statistics, used at meta-test) |
+  # inference (running statistics at meta-test)
+  c.meta.per_step_bn_weights = False  # conv4: per-step BatchNorm gamma/beta (MAML++)
+  # (Cosine annealing of the meta learning rate: config.optim.schedule = "cosine".)
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adam"        # adam | adamw | sgd

@@ -44,12 +44,25 @@ pass per task, off by default) and, for Meta-SGD, ``inner_lr/<path>``: the mean 
 rate of each adapted tensor. Evaluation: the same plus ``accuracy_ci95`` (``loss_ci95``
 for sinusoids) and ``one_shot_error``.
 
-BatchNorm runs in training mode on support and query sets (batch statistics, as in Finn
-et al.'s implementation), also at meta-test time: predictions on a query set depend on
-the other queries of the task (transductive), as in the MAML papers.
+BatchNorm (``config.meta.bn_mode``, docs/meta_learning_bn.md) runs in training mode on
+support and query sets in meta-training (batch statistics, as in Finn et al.'s
+implementation). At meta-test time ``"transductive"`` (default) keeps batch statistics:
+predictions on a query set depend on the other queries of the task, as in the MAML
+papers; ``"inference"`` uses the running statistics kept in meta-training and
+``"per_step"`` MAML++'s per-step running statistics
+(:class:`hypernet.meta.per_step_bn.PerStepBatchNormalization`): each query is then
+classified on its own.
+
+MAML++ (Antoniou et al. 2019) switches, each usable alone: ``config.meta.lslr``,
+``multi_step_loss`` (weights annealed over ``msl_anneal_steps`` meta-steps),
+``first_order_steps`` (derivative-order annealing), ``bn_mode="per_step"``,
+``per_step_bn_weights``, and ``config.optim.schedule="cosine"``. Implicit MAML:
+``config.meta.learner="imaml"`` with ``imaml_lambda`` and ``imaml_cg_steps``.
+``config.meta.recompute_inner_steps``: second order with memory flat in inner steps.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Dict, List, Optional, Tuple
 
@@ -60,9 +73,14 @@ import tensorflow as tf
 from hypernet.training import models, sources
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
-from hypernet.meta import anil, conv4, inner_loop, meta_batch, support_hypernet
+from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,
+                           support_hypernet)
 
-LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet")
+LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml")
+# config.meta.bn_mode (docs/meta_learning_bn.md): batch statistics everywhere; MAML++'s
+# per-step running statistics, used at meta-test; one set of running statistics used at
+# meta-test.
+BN_MODES = ("transductive", "per_step", "inference")
 TASKS = ("few_shot", "sinusoid")
 _CLASSIFICATION_LOSS = "sparse_softmax_cross_entropy"
 
@@ -117,7 +135,9 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   # takes far longer than drawing its episodes, and parallel calls and an autotuned
   # prefetch buffer held several meta-batches, so memory grew with the meta-batch size
   # (benchmarks/meta_bench.py).
-  ds = ds.map(task_fn)
+  # Each task carries its global index: index // global_batch_size is the meta-step
+  # (MAML++'s schedules over meta-steps read it).
+  ds = ds.map(lambda i: dict(task_fn(i), task_index=i))
   return _with_options(ds.batch(t, drop_remainder=True).prefetch(1))
 
 
@@ -256,8 +276,15 @@ def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
     if not widths or len(set(widths)) != 1:
       raise ValueError(f"config.model.conv_widths={widths} for conv4: give one equal width "
                        "per block, e.g. (64, 64, 64, 64).")
+    meta = config.meta
+    per_step_stats = meta.get("bn_mode", "transductive") == "per_step"
+    per_step_weights = bool(meta.get("per_step_bn_weights", False))
+    # One row per inner step (meta-training or meta-test, the more) and the query pass.
+    rows = max(int(meta.inner_steps), int(meta.eval_inner_steps)) + 1
     return conv4.make_conv4(num_outputs, tuple(input_shape), filters=int(widths[0]),
-                            num_blocks=len(widths))
+                            num_blocks=len(widths), per_step_rows=rows,
+                            per_step_statistics=per_step_stats,
+                            per_step_weights=per_step_weights)
   if mc.name == "cnn":
     if mc.get("kernel_l2", 0.0):
       raise ValueError(
@@ -292,10 +319,19 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
                        "zero_init_head=False.")
     kwargs["zero_init"] = str(mc.anil_head)
   adapt = str(mc.adapt) or None
+  plus = dict(lslr=bool(mc.get("lslr", False)),
+              multi_step_loss=bool(mc.get("multi_step_loss", False)),
+              recompute=bool(mc.get("recompute_inner_steps", False)))
   if mc.learner == "maml":
-    return inner_loop.MAML(target, loss, adapt=adapt, **kwargs)
+    return inner_loop.MAML(target, loss, adapt=adapt, **kwargs, **plus)
   if mc.learner == "fomaml":
-    return inner_loop.FirstOrderMAML(target, loss, adapt=adapt, **kwargs)
+    return inner_loop.FirstOrderMAML(target, loss, adapt=adapt, **kwargs, **plus)
+  if any(plus.values()):
+    raise ValueError(f"config.meta.lslr / multi_step_loss / recompute_inner_steps need "
+                     f"learner 'maml' or 'fomaml', not {mc.learner!r}; set them to False.")
+  if mc.learner == "imaml":
+    return implicit.ImplicitMAML(target, loss, adapt=adapt, lam=float(mc.imaml_lambda),
+                                 cg_steps=int(mc.imaml_cg_steps), **kwargs)
   if mc.learner == "metasgd":
     return inner_loop.MetaSGD(target, loss, adapt=adapt, **kwargs)
   if mc.learner == "anil":
@@ -355,6 +391,11 @@ class MetaLearningTask:
     if mc.parallel not in meta_batch.STRATEGIES:
       raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
                        f"{list(meta_batch.STRATEGIES)}.")
+    self.bn_mode = str(mc.get("bn_mode", "transductive"))
+    if self.bn_mode not in BN_MODES:
+      raise ValueError(f"config.meta.bn_mode={self.bn_mode!r}; use one of {list(BN_MODES)}.")
+    self.first_order_steps = int(mc.get("first_order_steps", 0))
+    self.msl_anneal_steps = int(mc.get("msl_anneal_steps", 1000))
     self.train_before_metrics = bool(mc.get("train_before_metrics", False))
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
     self.eval_steps_sweep = tuple(int(k) for k in mc.eval_steps_sweep)
@@ -476,13 +517,35 @@ class MetaLearningTask:
   def trackables(self) -> Dict[str, object]:
     return dict(self.source.trackables(), learner=self.learner)
 
-  def _meta_batch(self, batch, before_metrics=True):
+  def _meta_batch(self, batch, before_metrics=True, query_training=True):
     tasks = {k: batch[k] for k in meta_batch.BATCH_KEYS}
     parallel = self.config.meta.parallel
     return meta_batch.meta_batch_loss(
         self.learner, tasks, weights=self.source.weights() or None,
         parallel="map_fn" if parallel == "accumulate" else parallel,
-        before_metrics=before_metrics)
+        before_metrics=before_metrics, query_training=query_training)
+
+  @contextlib.contextmanager
+  def _schedules(self, batch, global_batch_size):
+    """While a training step is traced: MAML++'s schedules over meta-steps (the meta-step
+    from the tasks' global indices): derivative-order annealing (first order for the
+    first ``config.meta.first_order_steps``) and the multi-step loss's weights."""
+    learner = self.learner
+    uses_schedule = self.first_order_steps or getattr(learner, "multi_step_loss", False)
+    if not uses_schedule or "task_index" not in batch:
+      yield
+      return
+    step = tf.cast(batch["task_index"][0], tf.int64) // global_batch_size
+    if self.first_order_steps:
+      learner.first_order_now = step < self.first_order_steps
+    if getattr(learner, "multi_step_loss", False):
+      learner.msl_weights = inner_loop.msl_weights(step, self.msl_anneal_steps,
+                                                   learner.inner_steps)
+    try:
+      yield
+    finally:
+      learner.first_order_now = None
+      learner.msl_weights = None
 
   def _train_sums(self, per_task):
     """``{name: (sum, count)}`` of the training metrics from ``[t]`` per-task values."""
@@ -504,8 +567,9 @@ class MetaLearningTask:
     """This replica's share of the mean post-adaptation query loss over the global
     meta-batch (differentiable: one tape over all the replica's tasks), metric sums and
     the new BatchNorm state. Training itself uses :meth:`train_gradients`."""
-    result = self._meta_batch(batch, before_metrics=self.train_before_metrics)
-    after = result.per_task["query_loss_after"]
+    with self._schedules(batch, global_batch_size):
+      result = self._meta_batch(batch, before_metrics=self.train_before_metrics)
+    after = result.per_task.get("msl_objective", result.per_task["query_loss_after"])
     loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
     return loss, self._train_sums(result.per_task), result.state
 
@@ -541,11 +605,12 @@ class MetaLearningTask:
     task_weight = tf.constant(1.0 / global_batch_size, tf.float32)
     if scale_loss is not None:
       task_weight = scale_loss(task_weight)
-    result = meta_batch.meta_batch_gradients(
-        self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
-        before_metrics=self.train_before_metrics,
-        parallel_iterations=self.tasks_in_flight,
-        staggered=self.staggered)
+    with self._schedules(batch, global_batch_size):
+      result = meta_batch.meta_batch_gradients(
+          self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
+          before_metrics=self.train_before_metrics,
+          parallel_iterations=self.tasks_in_flight,
+          staggered=self.staggered)
     grads = list(result.variable_grads)
     if weights:
       paths = list(weights)
@@ -594,10 +659,16 @@ class MetaLearningTask:
     """:meth:`_meta_batch` with the learner's ``inner_steps`` set while tracing."""
     learner = self.learner
     steps, learner.inner_steps = learner.inner_steps, inner_steps
+    # config.meta.bn_mode: running statistics (per step or not) at meta-test, else the
+    # batch statistics of each support and query set (transductive).
+    training = self.bn_mode == "transductive"
+    inner_training, learner.inner_training = learner.inner_training, training
     try:  # Python attribute read while tracing: the graph has ``inner_steps`` steps.
-      return self._meta_batch(batch, before_metrics=before_metrics)
+      return self._meta_batch(batch, before_metrics=before_metrics,
+                              query_training=training)
     finally:
       learner.inner_steps = steps
+      learner.inner_training = inner_training
 
   def apply_state(self, state):
     if state:
@@ -634,6 +705,8 @@ class MetaLearningTask:
 
     def classify(support_x, query_x):
       steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
+      training = self.bn_mode == "transductive"
+      inner_training, learner.inner_training = learner.inner_training, training
       try:
         weights = learner.initial_weights(self.source.weights() or None)
         state = {p: tf.convert_to_tensor(v.value) for p, v in
@@ -642,8 +715,9 @@ class MetaLearningTask:
                                     weights=weights, state=state)
       finally:
         learner.inner_steps = steps
+        learner.inner_training = inner_training
       logits = plain_bias.call(functional.functional_call, self.target, fast, query_x,
-                               training=True, state=state)
+                               training=training, state=state)
       return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
 
     return omniglot.one_shot_error_rate(classify, self.runs)

@@ -1,0 +1,212 @@
+"""Implicit MAML (Rajeswaran, Finn, Kakade, Levine 2019, "Meta-Learning with Implicit
+Gradients").
+
+The inner problem is proximal-regularised (Eq. 3 / Alg. 1):
+
+  ``phi*(theta) = argmin_phi  L_support(phi) + lambda/2 * ||phi - theta||^2``,
+
+solved here by ``inner_steps`` of gradient descent from ``phi = theta`` on that objective,
+*without* recording anything for the outer gradient (no activation of any inner step is
+kept). At the solution ``d phi*/d theta = (I + H/lambda)^-1`` with ``H`` the Hessian of
+``L_support`` at ``phi*`` (Lemma 1), so for an outer loss ``L_query(phi*)``
+
+  ``d L_query / d theta = (I + H/lambda)^-1  grad L_query(phi*)``      (Eq. 6)
+
+which :class:`ImplicitMAML` computes by ``cg_steps`` iterations of conjugate gradient on
+Hessian-vector products (Sec. 3.1, Alg. 2), each a reverse-over-reverse product through
+one support pass. The memory of the meta-gradient is that of one support pass, whatever
+the number of inner steps.
+
+The meta-gradient is exact when the inner problem is solved to convergence and CG runs
+to convergence (``tests/test_meta_algorithms.py`` checks it against the closed form on a
+quadratic inner problem to float64 precision); with few inner steps or CG iterations it
+is the paper's approximation (Theorem 1 bounds its error).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import keras
+import tensorflow as tf
+
+from hypernet.core import functional
+from hypernet.meta import inner_loop
+from hypernet.numerics import plain_bias
+
+Weights = inner_loop.Weights
+
+
+def _dot(a: Sequence[tf.Tensor], b: Sequence[tf.Tensor]) -> tf.Tensor:
+  return tf.add_n([tf.reduce_sum(x * y) for x, y in zip(a, b)])
+
+
+def conjugate_gradient(matvec, b: List[tf.Tensor], steps: int) -> List[tf.Tensor]:
+  """``steps`` iterations of conjugate gradient for ``A x = b`` from ``x = 0``
+  (Hestenes and Stiefel 1952; Nocedal and Wright 2006, Alg. 5.2).
+
+  Args:
+    matvec: ``matvec(list of tensors) -> list of tensors``: ``A v`` for a symmetric
+      positive definite ``A`` acting on a list of tensors shaped like ``b``.
+    b: the right-hand side, a list of float tensors.
+    steps: iterations (an int >= 1, unrolled). With exact arithmetic CG is exact after
+      as many iterations as ``A`` has distinct eigenvalues; once the residual is zero
+      further iterations leave ``x`` unchanged (``0/0`` is taken as 0).
+
+  Returns:
+    ``x``, a list shaped like ``b``.
+  """
+  x = [tf.zeros_like(t) for t in b]
+  r = list(b)
+  p = list(b)
+  rs = _dot(r, r)
+  for _ in range(steps):
+    ap = matvec(p)
+    alpha = tf.math.divide_no_nan(rs, _dot(p, ap))
+    x = [xi + alpha * pi for xi, pi in zip(x, p)]
+    r = [ri - alpha * api for ri, api in zip(r, ap)]
+    rs_new = _dot(r, r)
+    beta = tf.math.divide_no_nan(rs_new, rs)
+    p = [ri + beta * pi for ri, pi in zip(r, p)]
+    rs = rs_new
+  return x
+
+
+class ImplicitMAML(inner_loop.MAML):
+  """Implicit MAML: proximal inner problem, meta-gradient by CG (module doc).
+
+  ``adapt`` returns the approximate inner solution ``phi*`` as the fast weights; an
+  outer tape that differentiates a loss of them gets ``(I + H/lambda)^-1 g`` for the
+  adapted initial weights (``g``: the loss's gradient at ``phi*``), by a
+  ``tf.custom_gradient``. Works with :func:`hypernet.meta.meta_batch_gradients` and
+  :func:`hypernet.meta.meta_batch_loss` like MAML.
+
+  Args:
+    model, loss_fn, adapt, exclude, inner_training, zero_init, name: as
+      :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_lr: step size of the gradient descent on the regularised inner objective.
+    inner_steps: gradient-descent steps of the inner solve (int >= 1).
+    lam: the proximal regularisation ``lambda`` (> 0; Rajeswaran et al. use 0.5-2 on
+      Omniglot). The paper's Eq. 6 needs ``lambda`` large enough that
+      ``I + H/lambda`` is positive definite (``H`` may have negative eigenvalues away
+      from a minimum).
+    cg_steps: conjugate-gradient iterations per meta-gradient (int >= 1; the paper uses
+      5 on Omniglot).
+
+  Weights that are not adapted (``exclude``) are treated as constants of the inner
+  problem: their meta-gradient is the query loss's direct gradient at ``phi*`` (the
+  paper meta-learns the adapted initial weights only).
+
+  Raises:
+    ValueError: ``lam`` not > 0, ``cg_steps`` not an int >= 1, or the errors of
+      :class:`~hypernet.meta.inner_loop.MAML`.
+  """
+
+  def __init__(self, model: keras.Model, loss_fn, *, lam: float = 1.0, cg_steps: int = 5,
+               **kwargs):
+    if "first_order" in kwargs:
+      raise TypeError("ImplicitMAML's meta-gradient is implicit; do not pass first_order=.")
+    super().__init__(model, loss_fn, **kwargs)
+    if not isinstance(lam, (int, float)) or isinstance(lam, bool) or not lam > 0:
+      raise ValueError(f"lam (config.meta.imaml_lambda) must be a float > 0, got {lam!r}.")
+    if not isinstance(cg_steps, int) or isinstance(cg_steps, bool) or cg_steps < 1:
+      raise ValueError(f"cg_steps (config.meta.imaml_cg_steps) must be an int >= 1, got "
+                       f"{cg_steps!r}.")
+    self.lam = float(lam)
+    self.cg_steps = cg_steps
+
+  def _support_loss(self, weights, params, sx, sy, state):
+    call_weights = dict(weights)
+    call_weights.update(zip(self.adapted_paths, params))
+    outputs, new_state = plain_bias.call(
+        functional.functional_call, self._model, call_weights, sx,
+        training=self.inner_training, return_state=True, state=state)
+    return self.loss_fn(sy, outputs), new_state
+
+  def solve(self, weights: Weights, sx, sy, state: Weights
+            ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
+    """``inner_steps`` of gradient descent on ``L_support(phi) + lam/2 ||phi - theta||^2``
+    from ``phi = theta`` (``theta``: the adapted entries of ``weights``).
+
+    Args:
+      weights: every trainable path of the target ``{path: tensor}`` (constants).
+      sx, sy: one task's support set.
+      state: the target's non-trainable state ``{path: tensor}``.
+
+    Returns:
+      ``(phi, state)``: the adapted tensors in ``adapted_paths`` order, and the state
+      after the last step.
+
+    Raises:
+      MissingInnerGradientError: an adapted weight does not affect the support loss.
+    """
+    theta = [weights[p] for p in self.adapted_paths]
+    phi = list(theta)
+    for step in range(self.inner_steps):
+      with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(phi)
+        loss, state = self._support_loss(weights, phi, sx, sy, state)
+      grads = tape.gradient(loss, phi)
+      missing = [p for p, g in zip(self.adapted_paths, grads) if g is None]
+      if missing:
+        raise inner_loop.MissingInnerGradientError(
+            f"Inner step {step}: the support loss has no gradient with respect to the "
+            f"adapted weight(s) {missing} of model {self._model.name!r}; exclude them from "
+            "the adapted weights (the adapt= / exclude= path patterns).")
+      lr = tf.constant(self.inner_lr, phi[0].dtype)
+      lam = tf.constant(self.lam, phi[0].dtype)
+      phi = [tf.stop_gradient(f - lr * (g + lam * (f - t)))
+             for f, g, t in zip(phi, grads, theta)]
+    return phi, state
+
+  def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
+            state: Optional[Weights] = None
+            ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+    """Solves one task's proximal inner problem; the implicit gradient flows back.
+
+    Args and returns as :meth:`hypernet.meta.inner_loop.MAML.adapt`; the returned state
+    is not differentiated.
+    """
+    init = self.initial_weights(weights)
+    full = inner_loop.all_trainable_weights(self._model, init)
+    const = {p: tf.stop_gradient(t) for p, t in full.items()}
+    state = {p: tf.stop_gradient(t)
+             for p, t in inner_loop.read_state(self._model, state).items()}
+    phi, new_state = self.solve(const, support_x, support_y, state)
+    lam = tf.constant(self.lam, phi[0].dtype)
+
+    def hessian_solver(upstream: List[tf.Tensor]) -> List[tf.Tensor]:
+      # One support pass and its gradient, kept by a persistent tape; each CG iteration
+      # differentiates <grad, v> once more (reverse over reverse).
+      with tf.GradientTape(persistent=True, watch_accessed_variables=False) as outer:
+        outer.watch(phi)
+        with tf.GradientTape(watch_accessed_variables=False) as inner:
+          inner.watch(phi)
+          loss, _ = self._support_loss(const, phi, support_x, support_y, state)
+        grad = inner.gradient(loss, phi)
+
+      def matvec(v):
+        v = [tf.stop_gradient(t) for t in v]
+        with outer:
+          gv = _dot(grad, v)
+        hv = outer.gradient(gv, phi, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [vi + hvi / lam for vi, hvi in zip(v, hv)]
+
+      x = conjugate_gradient(matvec, upstream, self.cg_steps)
+      del outer
+      return x
+
+    @tf.custom_gradient
+    def implicit(*theta):
+      del theta  # The solution's value does not depend on how theta is differentiated.
+
+      def grad(*upstream):
+        upstream = [tf.zeros_like(f) if u is None else tf.convert_to_tensor(u)
+                    for f, u in zip(phi, upstream)]
+        return hessian_solver(upstream)
+
+      return [tf.identity(f) for f in phi], grad
+
+    fast_adapted = implicit(*[init[p] for p in self.adapted_paths])
+    fast = dict(init)
+    fast.update(zip(self.adapted_paths, fast_adapted))
+    return fast, new_state
