@@ -81,16 +81,18 @@ class ImplicitMAML(inner_loop.MAML):
   :func:`hypernet.meta.meta_batch_loss` like MAML.
 
   Args:
-    model, loss_fn, adapt, exclude, inner_training, zero_init, name: as
-      :class:`~hypernet.meta.inner_loop.MAML`.
-    inner_lr: step size of the gradient descent on the regularised inner objective.
-    inner_steps: gradient-descent steps of the inner solve (int >= 1).
+    model: the target network, as :class:`~hypernet.meta.inner_loop.MAML`.
+    loss_fn: the support / query loss, as for MAML.
     lam: the proximal regularisation ``lambda`` (> 0; Rajeswaran et al. use 0.5-2 on
       Omniglot). The paper's Eq. 6 needs ``lambda`` large enough that
       ``I + H/lambda`` is positive definite (``H`` may have negative eigenvalues away
       from a minimum).
     cg_steps: conjugate-gradient iterations per meta-gradient (int >= 1; the paper uses
       5 on Omniglot).
+    **kwargs: :class:`~hypernet.meta.inner_loop.MAML`'s other arguments: ``adapt``,
+      ``exclude``, ``inner_training``, ``zero_init``, ``name``; ``inner_lr`` (the step
+      size of the gradient descent on the regularised inner objective) and
+      ``inner_steps`` (its steps, int >= 1).
 
   Weights that are not adapted (``exclude``) are treated as constants of the inner
   problem: their meta-gradient is the query loss's direct gradient at ``phi*`` (the
@@ -129,7 +131,8 @@ class ImplicitMAML(inner_loop.MAML):
 
     Args:
       weights: every trainable path of the target ``{path: tensor}`` (constants).
-      sx, sy: one task's support set.
+      sx: one task's support inputs.
+      sy: one task's support labels.
       state: the target's non-trainable state ``{path: tensor}``.
 
     Returns:

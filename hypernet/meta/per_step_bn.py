@@ -63,7 +63,8 @@ class PerStepBatchNormalization(keras.layers.Layer):
     per_step_statistics: one row of moving mean / variance per step (else one row:
       Keras' ``BatchNormalization``).
     per_step_weights: one row of ``gamma`` / ``beta`` per step (else one, shared).
-    momentum, epsilon: as ``keras.layers.BatchNormalization`` (0.99, 1e-3).
+    momentum: as ``keras.layers.BatchNormalization`` (0.99).
+    epsilon: as ``keras.layers.BatchNormalization`` (1e-3).
 
   Inputs ``[..., C]`` float; outputs the same shape and dtype. Weights: ``gamma`` /
   ``beta`` ``[R, C]`` (R = ``num_rows`` with ``per_step_weights``, else 1),
