@@ -14,7 +14,9 @@ def get_config():
   c.num_steps = 3000
   c.batch_size = 64
   c.log_every = 100
-  c.eval_every = 1000
+  # Every 100 steps (359 test images, a few ms each): TensorBoard's default smoothing
+  # (0.6) of the eval curve then ends on the true final accuracy.
+  c.eval_every = 100
   c.checkpoint_every = 1000
   c.model.conv_widths = (32, 64)
   c.model.dense_widths = (64,)

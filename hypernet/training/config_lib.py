@@ -411,10 +411,13 @@ _OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotatio
                   "image_size")
 
 
-def _field_used(config, field: str) -> bool:
-  """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`)."""
+def _field_used(config, field: str, hparams_only: bool = True) -> bool:
+  """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`);
+  ``hparams_only``: fields that steer execution (:data:`_NOT_HPARAMS`) count as unused."""
   if field.startswith(_NOT_HPARAMS):
-    return False
+    if hparams_only:
+      return False
+    return _execution_field_used(config, field)
   group, _, name = field.partition(".")
   meta = config.task in ("few_shot", "sinusoid")
   if group == "meta":
@@ -467,6 +470,29 @@ def _field_used(config, field: str) -> bool:
     return {"weight_decay": config.optim.name == "adamw",
             "momentum": config.optim.name == "sgd"}.get(name, True)
   return True
+
+
+# -- console: the fields a run uses (TensorBoard's Text tab) -----------------------------
+def _execution_field_used(config, field: str) -> bool:
+  """Whether a field that steers execution (:data:`_NOT_HPARAMS`) applies to this run."""
+  s, f = config.summaries, config.fault
+  return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
+          "summaries.profile_start": bool(s.profile_steps),
+          "fault.max_skips": f.nonfinite == "skip",
+          "data.data_dir": config.data.name != "digits" and config.task != "sinusoid",
+          "meta.parallel": config.task in ("few_shot", "sinusoid")}.get(field, True)
+
+
+def used_fields(config) -> Dict[str, Any]:
+  """Every field the run that ``config`` describes reads, by dotted path in schema order:
+  :func:`hparams`' fields plus those that steer execution (intervals, summaries, fault
+  handling), without the groups and fields of other tasks, models, hypernetwork kinds
+  and optimisers. Values as in the config (tuples stay tuples).
+
+  Returns:
+    ``{"seed": 0, "task": "classification", "num_steps": 3000, ...}``.
+  """
+  return {k: v for k, v in flatten(config).items() if _field_used(config, k, False)}
 
 
 def hparams(config) -> Dict[str, Any]:
@@ -563,7 +589,7 @@ def base_config():
   c.batch_size = 64
   c.eval_batch_size = 256
   c.log_every = 100
-  c.eval_every = 500
+  c.eval_every = 100           # also at step 0 and at the end
   c.checkpoint_every = 500
   c.checkpoint_keep = 3
   c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
