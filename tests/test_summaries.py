@@ -363,3 +363,70 @@ def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path)
   trainer.restore()
   assert loop.first_nonfinite_tensor(trainer, 11).startswith(
       "none: the step was finite when replayed")
+
+
+def test_smoothed_is_tensorboards_default_smoothing():
+  """TensorBoard's charts: a debiased exponential moving average over the points (weight
+  0.6), here against its closed form; the main job's eval accuracy with 4 evaluations
+  from chance reads 89.57% for 98.61% (what a newcomer saw)."""
+  values = [0.10306, 0.96936, 0.98607, 0.98607]
+  w = 0.6
+  closed = [sum((1 - w) * w ** (n - i) * values[i] for i in range(n + 1)) / (1 - w ** (n + 1))
+            for n in range(len(values))]
+  np.testing.assert_allclose(summaries.smoothed(values), closed, rtol=1e-12)
+  assert summaries.smoothed(values)[-1] == pytest.approx(0.8957, abs=5e-5)
+  assert summaries.smoothed([0.5, 0.5, 0.5]) == [0.5, 0.5, 0.5]  # Constant: as is.
+  assert summaries.smoothed([1.0, float("nan"), 3.0])[1] != summaries.smoothed([1.0])[0]
+
+
+def test_a_misleading_smoothed_eval_curve_is_pointed_out(tmp_path):
+  writer = summaries.Writer(str(tmp_path))
+  for step, accuracy, loss in ((0, 0.10306, 2.3), (1000, 0.96936, 0.104), (2000, 0.98607, 0.06),
+                               (3000, 0.98607, 0.081)):
+    writer.scalars(step, {"accuracy": accuracy, "loss": loss}, "eval")
+  writer.flush()
+  note = summaries.smoothing_note(str(tmp_path / "eval"), ["accuracy"])
+  assert note == ("TensorBoard's default smoothing (0.6) draws the last eval accuracy as "
+                  "89.57% (the value is 98.61%, 4 points): set its Smoothing slider to 0 or "
+                  "evaluate more often (config.eval_every).")
+  many = summaries.Writer(str(tmp_path / "many"))
+  for i in range(31):  # Every 100 steps: the smoothing has caught up by the end.
+    many.scalars(100 * i, {"accuracy": 0.10306 if i == 0 else 0.98607}, "eval")
+  many.flush()
+  assert summaries.smoothing_note(str(tmp_path / "many" / "eval"), ["accuracy"]) is None
+
+
+def _plugin_values(logdir, tag):
+  for path in tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    for e in tf.compat.v1.train.summary_iterator(path):
+      for v in e.summary.value:
+        if v.tag == tag:
+          return v
+  raise AssertionError(f"no {tag!r} in {logdir}")
+
+
+def test_hparams_integers_are_text_and_the_text_config_lists_the_used_fields(tmp_path):
+  """TensorBoard's HParams table prints numbers with 5 significant digits (64 as
+  "64.000"): integers go in as text. The Text tab's config: the fields the run uses,
+  one per row, values as written on the command line (no YAML tags)."""
+  from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
+  config = digits_hyper.get_config()
+  writer = summaries.Writer(str(tmp_path))
+  writer.hparams(config, ["loss", "accuracy"], {"params.trainable": 16974})
+  writer.config(config)
+  writer.flush()
+  value = _plugin_values(str(tmp_path / "eval"), "_hparams_/session_start_info")
+  hparams = plugin_data_pb2.HParamsPluginData.FromString(
+      value.metadata.plugin_data.content).session_start_info.hparams
+  assert hparams["batch_size"].string_value == "64"
+  assert hparams["hypernet.chunk_size"].string_value == "1024"
+  assert hparams["params.trainable"].string_value == "16974"
+  assert hparams["optim.lr"].number_value == pytest.approx(5e-3)  # Floats stay numbers.
+  assert hparams["hypernet.kind"].string_value == "chunked"
+  text = tf.make_ndarray(_plugin_values(str(tmp_path / "train"), "config").tensor).item()
+  rows = text.decode().splitlines()
+  assert rows[:2] == ["| field | value |", "|---|---|"]
+  assert "| `model.conv_widths` | `(32, 64)` |" in rows
+  assert "| `hypernet.kind` | `'chunked'` |" in rows and "| `eval_every` | `100` |" in rows
+  assert not [r for r in rows if "continual." in r or "meta." in r or "data.data_dir" in r]
+  assert "!!python" not in text.decode()

@@ -184,3 +184,49 @@ def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
   assert (tmp_path / "config.json").read_text() == original
   resumed = json.loads((tmp_path / "config_resumed_at_20.json").read_text())
   assert resumed["optim"]["lr"] == 3e-3 and resumed["num_steps"] == 40
+
+
+def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypatch, caplog):
+  """The tracing of the first chunk (made to take 1000 s on a fake clock) is neither in
+  the first rate nor in the ETA; it is reported on its own line; 200 steps logged every
+  10 give 10 console lines (every 20 steps) while TensorBoard keeps all 20 points."""
+  import types  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
+  offset = [0.0]
+  real_time = time.time
+  monkeypatch.setattr(loop, "time", types.SimpleNamespace(time=lambda: real_time() + offset[0]))
+  original, calls = loop.Trainer.train_chunk, []
+
+  def train_chunk(self, iterator, num_steps):
+    out = original(self, iterator, num_steps)
+    if not calls:
+      offset[0] += 1000.0
+    calls.append(num_steps)
+    return out
+
+  monkeypatch.setattr(loop.Trainer, "train_chunk", train_chunk)
+  config = _small_config(num_steps=200, log_every=10, eval_every=0, checkpoint_every=200)
+  config.summaries.every = 0
+  config.hypernet.kind = "none"
+  assert loop.console_interval(config) == 20
+  with caplog.at_level("INFO"):
+    loop.train_and_evaluate(config, str(tmp_path))
+  messages = [r.getMessage() for r in caplog.records]
+  assert calls[0] == 1  # The first chunk is one step: the one that traces.
+  compiled = [m for m in messages if m.startswith("Compiled in ")]
+  assert len(compiled) == 1 and float(compiled[0].split()[2]) >= 1000.0
+  progress = [m for m in messages if m.startswith("step ")]
+  assert [int(m.split()[1].split("/")[0]) for m in progress] == list(range(20, 201, 20))
+  rates = [float(m.split(" steps/s")[0].rsplit(" ", 1)[1]) for m in progress]
+  etas = [float(m.rsplit("ETA ", 1)[1].rstrip("s")) for m in progress]
+  assert min(rates) > 5 and etas[0] < 500, progress  # 1000 s of tracing would show.
+  speed = dict(summaries.read_scalars(str(tmp_path / "train"))["speed/steps_per_sec"])
+  assert sorted(speed) == list(range(10, 201, 10)) and speed[10] > 5
+
+
+@pytest.mark.parametrize("num_steps, log_every, expected", [
+    (3000, 100, 300), (1000, 100, 100), (7, 7, 7), (100000, 10, 10000), (250, 100, 100)])
+def test_console_interval_is_about_ten_lines_a_multiple_of_log_every(num_steps, log_every,
+                                                                     expected):
+  config = _small_config(num_steps=num_steps, log_every=log_every)
+  assert loop.console_interval(config) == expected

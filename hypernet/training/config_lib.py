@@ -476,11 +476,13 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
 def _execution_field_used(config, field: str) -> bool:
   """Whether a field that steers execution (:data:`_NOT_HPARAMS`) applies to this run."""
   s, f = config.summaries, config.fault
+  if field.startswith("meta."):  # meta.parallel, meta.parallel_iterations
+    return config.task in ("few_shot", "sinusoid")
   return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
           "summaries.profile_start": bool(s.profile_steps),
           "fault.max_skips": f.nonfinite == "skip",
           "data.data_dir": config.data.name != "digits" and config.task != "sinusoid",
-          "meta.parallel": config.task in ("few_shot", "sinusoid")}.get(field, True)
+          }.get(field, True)
 
 
 def used_fields(config) -> Dict[str, Any]:
