@@ -216,16 +216,17 @@ def test_flagfile_and_command_line_combine_and_a_finished_rerun_prints_its_summa
   messages = [line[9:] for line in lines]
   assert messages[0] == (f"Training configs/digits_plain.py for 7 steps in {workdir} "
                          "(loading TensorFlow) ...")
-  assert messages[2] == "Compiling the train step and evaluating step 0 ..."
+  assert messages[2:4] == ["Compiling the summaries and evaluating step 0 ...",
+                           "Compiling the train step ..."]
   assert re.fullmatch(r"Compiled in \d+\.\d s; training \(a line every 7 steps\) \.\.\.",
-                      messages[3])
+                      messages[4])
   assert re.fullmatch(r"step 7/7  loss \S+  accuracy \S+  \| eval accuracy \S+%, loss \S+ \|"
-                      r"  \d+ steps/s  ETA 0s", messages[4]), messages
+                      r"  \d+ steps/s  ETA 0s", messages[5]), messages
   # Two evaluations (steps 0 and 7): TensorBoard's default smoothing cannot draw the last
   # one right, and the run says so.
-  assert messages[5].startswith("warning: TensorBoard's default smoothing (0.6) draws the "
+  assert messages[6].startswith("warning: TensorBoard's default smoothing (0.6) draws the "
                                 "last eval accuracy as "), messages
-  assert len(messages) == 6, messages
+  assert len(messages) == 7, messages
 
   again = _run(*command)
   assert again.returncode == 0, again.stderr[-3000:]

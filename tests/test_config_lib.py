@@ -366,7 +366,7 @@ def test_used_fields_are_the_fields_the_run_reads():
   assert set(config_lib.hparams(digits_hyper.get_config())) < set(digits)
   assert {"log_every", "eval_every", "checkpoint_every", "summaries.every",
           "summaries.kernel_images", "fault.nonfinite"} <= set(digits)
-  assert digits["model.conv_widths"] == (32, 64) and digits["eval_every"] == 100
+  assert digits["model.conv_widths"] == (32, 64) and digits["eval_every"] == 200
   assert not [k for k in digits if k.startswith(("meta.", "continual.", "multitask."))]
   assert not {"data.data_dir", "data.omniglot_zips", "summaries.profile_start",
               "fault.max_skips", "hypernet.z_dim", "model.alpha"} & set(digits)

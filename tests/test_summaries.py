@@ -427,6 +427,6 @@ def test_hparams_integers_are_text_and_the_text_config_lists_the_used_fields(tmp
   rows = text.decode().splitlines()
   assert rows[:2] == ["| field | value |", "|---|---|"]
   assert "| `model.conv_widths` | `(32, 64)` |" in rows
-  assert "| `hypernet.kind` | `'chunked'` |" in rows and "| `eval_every` | `100` |" in rows
+  assert "| `hypernet.kind` | `'chunked'` |" in rows and "| `eval_every` | `200` |" in rows
   assert not [r for r in rows if "continual." in r or "meta." in r or "data.data_dir" in r]
   assert "!!python" not in text.decode()

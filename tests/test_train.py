@@ -68,7 +68,7 @@ def assert_tensorboard_opens_on_the_truth(workdir, result):
   """What TensorBoard shows first tells the truth about the run.
 
   * With its default smoothing (0.6: a debiased moving average over the points,
-    summaries.smoothed) the eval curves end within 0.5 percentage points (accuracy) / 1%
+    summaries.smoothed) the eval curves end within 0.5 percentage points (accuracy) / 10%
     (loss) of the final values;
   * Time Series groups every tag (scalars, histograms, images of both runs) by its first
     path component, sorts the groups by name and expands the first two: they are the
@@ -77,7 +77,7 @@ def assert_tensorboard_opens_on_the_truth(workdir, result):
   """
   from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   evals = summaries.read_scalars(str(workdir / "eval"))
-  for tag, tolerance in (("accuracy", 0.005), ("loss", 0.01 * result["loss"])):
+  for tag, tolerance in (("accuracy", 0.005), ("loss", 0.1 * result["loss"])):
     values = [v for _, v in evals[tag]]
     assert values[-1] == pytest.approx(result[tag], rel=1e-6)
     assert abs(summaries.smoothed(values)[-1] - values[-1]) <= tolerance, (tag, values)

@@ -595,16 +595,18 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   iterator = trainer.train_iterator(start)
   step = start
   eval_metrics: Dict[str, float] = {}
-  # The tracing of the step functions (the first chunk, the step-0 evaluation and model
-  # summaries) takes seconds: said before it starts, so the console is never silent long.
-  logging.info("Compiling the train step%s ...", " and evaluating step 0" if (
-      step == 0 and total > 0 and config.eval_every > 0) else "")
-  compile_t = time.time()
-  if step == 0 and total > 0:  # (A resumed run wrote these before it stopped.)
-    if model_summaries:
+  # Tracing the step functions (the model summaries, the evaluation, the first chunk)
+  # takes seconds each: said before each, so the console is never silent for long.
+  if step == 0 and total > 0 and (model_summaries or config.eval_every > 0):
+    logging.info("Compiling the %s and %s step 0 ...",
+                 "summaries" if model_summaries else "evaluation",
+                 "evaluating" if config.eval_every > 0 else "writing")
+    if model_summaries:  # (A resumed run wrote these before it stopped.)
       model_summaries.write(writer, step)
     if config.eval_every > 0:
       writer.scalars(0, trainer.evaluate(), "eval")
+  logging.info("Compiling the train step ...")
+  compile_t = time.time()
   last_t, last_step = time.time(), step
   # Rates and the ETA use steady-state steps: the first chunk of a process (one step)
   # carries the tracing of the step function, so their clocks start after it.

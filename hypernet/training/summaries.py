@@ -457,7 +457,7 @@ def smoothed(values: Sequence[float], weight: float = 0.6) -> List[float]:
 def smoothing_note(logdir: str, tags: Sequence[str], weight: float = 0.6) -> Optional[str]:
   """A warning when TensorBoard's default smoothing misdraws the last point of a run's
   series (few points after a large change, e.g. a few evaluations starting at chance):
-  more than 0.5 percentage points for accuracies, more than 1% otherwise.
+  more than 0.5 percentage points for accuracies, more than 10% otherwise (a loss).
 
   Args:
     logdir: a run folder (``workdir/eval``).
@@ -478,7 +478,7 @@ def smoothing_note(logdir: str, tags: Sequence[str], weight: float = 0.6) -> Opt
       continue
     drawn, value = smoothed(values, weight)[-1], values[-1]
     fraction = "accuracy" in tag or tag.endswith("error")
-    if abs(drawn - value) > (0.005 if fraction else 0.01 * abs(value)):
+    if abs(drawn - value) > (0.005 if fraction else 0.1 * abs(value)):
       wrong.append(f"{tag} as {console.metric_value(tag, drawn)} (the value is "
                    f"{console.metric_value(tag, value)}, {len(values)} points)")
   if not wrong:
