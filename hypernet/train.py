@@ -16,6 +16,7 @@ field or file and what to do; what needs no TensorFlow is checked before importi
 start-up). ``--verbosity=0`` shows TensorFlow's own log lines and absl's format too.
 """
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -45,8 +46,11 @@ def main(argv):
     cli.check_train_args(config, workdir)
     logging.info("Training %s for %d steps in %s (loading TensorFlow) ...",
                  config_flags.get_config_filename(flags.FLAGS["config"]), config.num_steps, workdir)
+    start = time.time()
     cli.quiet_startup(sys.argv)
     from hypernet.training import loop  # pylint: disable=g-import-not-at-top
+    logging.info("Loaded TensorFlow in %.1f s; loading the data and building the model ...",
+                 time.time() - start)
     result = loop.train_and_evaluate(config, workdir)
     print(cli.closing_summary(result, workdir), flush=True)
 

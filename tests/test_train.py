@@ -224,9 +224,13 @@ def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypa
   assert sorted(speed) == list(range(10, 201, 10)) and speed[10] > 5
 
 
-@pytest.mark.parametrize("num_steps, log_every, expected", [
-    (3000, 100, 300), (1000, 100, 100), (7, 7, 7), (100000, 10, 10000), (250, 100, 100)])
-def test_console_interval_is_about_ten_lines_a_multiple_of_log_every(num_steps, log_every,
-                                                                     expected):
-  config = _small_config(num_steps=num_steps, log_every=log_every)
-  assert loop.console_interval(config) == expected
+@pytest.mark.parametrize("num_steps, log_every, eval_every, expected", [
+    (3000, 100, 200, 400),     # the main job: 8 lines, each with its step's evaluation
+    (3000, 100, 1000, 300),    # rarer evaluations get lines of their own
+    (1000, 100, 0, 100), (7, 7, 7, 7), (100000, 10, 0, 10000), (250, 100, 100, 100),
+    (6000, 100, 1000, 600), (3000, 30, 200, 600)])
+def test_console_interval_is_about_ten_lines_a_multiple_of_log_every(
+    num_steps, log_every, eval_every, expected):
+  config = _small_config(num_steps=num_steps, log_every=log_every, eval_every=eval_every)
+  every = loop.console_interval(config)
+  assert every == expected and every % log_every == 0 and num_steps / every <= 10

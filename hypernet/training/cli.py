@@ -14,9 +14,17 @@ TensorFlow is imported so that its native start-up lines can be filtered.
   order, to that config), and every parsing error (unknown flag or config field, missing
   config file, bad value) printed as one line that names it, exit status 1, before
   anything is created.
-* :func:`run_main` -- runs an entry point's work: a user error (:func:`user_errors`) is
-  one line and exit status 1; Ctrl-C ends with exit status 130 and no traceback.
-* :func:`closing_summary` -- the block a training run ends with.
+  An unknown flag that is a config field written without ``config.`` (``--num_steps=5``,
+  ``--lr=0.1``) gets the flag to use (``--config.num_steps=5``, ``--config.optim.lr=0.1``).
+* :func:`check_train_args`, :func:`read_workdir_config`, :func:`check_checkpoint_exists`
+  -- what the entry points check before the TensorFlow import (seconds), so that a user
+  error is reported at once.
+* :func:`run_main` -- runs an entry point's work with short time-stamped log lines
+  (:class:`ShortFormatter`): a user error (:func:`user_errors`) is one line
+  ``<program>: error: <message>`` (the form of flag errors) and exit status 1; Ctrl-C
+  ends with exit status 130 and no traceback (:func:`run_entry_point` covers flag
+  parsing too).
+* :func:`closing_summary` -- the block a training run ends with, with the next commands.
 """
 from __future__ import annotations
 

@@ -541,9 +541,14 @@ def train_tags(metrics: Dict[str, float]) -> Dict[str, float]:
 
 
 def console_interval(config) -> int:
-  """Steps between progress lines on the console: about ten lines a run, a multiple of
-  ``config.log_every`` (TensorBoard still gets a point every ``log_every`` steps)."""
-  return config.log_every * max(1, math.ceil(config.num_steps / (10 * config.log_every)))
+  """Steps between progress lines on the console: about ten lines a run (at most), a
+  multiple of ``config.log_every`` (TensorBoard still gets a point every ``log_every``
+  steps) and, when evaluations are more frequent than that, of ``config.eval_every``, so
+  that every line shows the evaluation of its step."""
+  unit = config.log_every
+  if 0 < config.eval_every <= config.num_steps / 10:
+    unit = math.lcm(unit, config.eval_every)
+  return unit * max(1, math.ceil(config.num_steps / (10 * unit)))
 
 
 def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, float]:
