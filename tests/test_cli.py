@@ -216,17 +216,20 @@ def test_flagfile_and_command_line_combine_and_a_finished_rerun_prints_its_summa
   messages = [line[9:] for line in lines]
   assert messages[0] == (f"Training configs/digits_plain.py for 7 steps in {workdir} "
                          "(loading TensorFlow) ...")
-  assert messages[2:4] == ["Compiling the summaries and evaluating step 0 ...",
+  assert re.fullmatch(r"Loaded TensorFlow in \d+\.\d s; loading the data and building the "
+                      r"model \.\.\.", messages[1]), messages
+  assert messages[2].startswith("Parameters: ")
+  assert messages[3:5] == ["Compiling the summaries and evaluating step 0 ...",
                            "Compiling the train step ..."]
   assert re.fullmatch(r"Compiled in \d+\.\d s; training \(a line every 7 steps\) \.\.\.",
-                      messages[4])
+                      messages[5])
   assert re.fullmatch(r"step 7/7  loss \S+  accuracy \S+  \| eval accuracy \S+%, loss \S+ \|"
-                      r"  \d+ steps/s  ETA 0s", messages[5]), messages
+                      r"  \d+ steps/s  ETA 0s", messages[6]), messages
   # Two evaluations (steps 0 and 7): TensorBoard's default smoothing cannot draw the last
   # one right, and the run says so.
-  assert messages[6].startswith("warning: TensorBoard's default smoothing (0.6) draws the "
+  assert messages[7].startswith("warning: TensorBoard's default smoothing (0.6) draws the "
                                 "last eval accuracy as "), messages
-  assert len(messages) == 7, messages
+  assert len(messages) == 8, messages
 
   again = _run(*command)
   assert again.returncode == 0, again.stderr[-3000:]
