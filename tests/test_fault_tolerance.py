@@ -143,6 +143,10 @@ def test_kill_9_at_any_moment_leaves_a_restorable_checkpoint(tmp_path):
   for _ in range(2):
     job = _Job(tmp_path, *flags)
     job.wait_for(r"Compiled in")  # Training (the console shows every 10,000th step).
+    deadline = time.time() + 120  # Until this job has saved a step of its own.
+    while time.time() < deadline and int((tf.train.latest_checkpoint(
+        str(tmp_path / "checkpoints")) or "-0").rsplit("-", 1)[1]) <= (saved[-1] if saved else 0):
+      time.sleep(0.1)
     time.sleep(rng.uniform(0.2, 1.5))
     job.proc.send_signal(signal.SIGKILL)
     assert job.wait() == -signal.SIGKILL
