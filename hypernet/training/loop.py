@@ -600,6 +600,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   iterator = trainer.train_iterator(start)
   step = start
   eval_metrics: Dict[str, float] = {}
+  eval_history: List[Dict[str, float]] = []  # This process's evaluations, in step order.
   # Tracing the step functions (the model summaries, the evaluation, the first chunk)
   # takes seconds each: said before each, so the console is never silent for long.
   if step == 0 and total > 0 and (model_summaries or config.eval_every > 0):
@@ -609,7 +610,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     if model_summaries:  # (A resumed run wrote these before it stopped.)
       model_summaries.write(writer, step)
     if config.eval_every > 0:
-      writer.scalars(0, trainer.evaluate(), "eval")
+      eval_history.append(trainer.evaluate())
+      writer.scalars(0, eval_history[-1], "eval")
   logging.info("Compiling the train step ...")
   compile_t = time.time()
   last_t, last_step = time.time(), step
@@ -678,6 +680,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     evaluated = (config.eval_every > 0 and step % config.eval_every == 0) or step == total
     if evaluated:
       eval_metrics = trainer.evaluate()
+      eval_history.append(eval_metrics)
       writer.scalars(step, eval_metrics, "eval")
     if logged and (step % console_every == 0 or step == total):
       # One console line per console_every steps: the last log_every steps' training
@@ -720,7 +723,12 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
   writer.flush()
   if is_chief:
-    note = summaries.smoothing_note(os.path.join(workdir, "eval"), trainer.metric_names)
+    # How TensorBoard's default smoothing draws the eval curves: from this process's
+    # evaluations for a fresh run, from the event files for a resumed one.
+    note = summaries.series_smoothing_note(
+        {k: [m[k] for m in eval_history if k in m] for k in trainer.metric_names},
+        trainer.metric_names) if start == 0 else \
+        summaries.smoothing_note(os.path.join(workdir, "eval"), trainer.metric_names)
     if note:
       logging.warning(note)
   if is_chief:

@@ -469,11 +469,19 @@ def smoothing_note(logdir: str, tags: Sequence[str], weight: float = 0.6) -> Opt
     (the value is 98.61%, 4 points): set its Smoothing slider to 0 or evaluate more often
     (config.eval_every)."``, or ``None``.
   """
+  series = {tag: [v for _, v in points] for tag, points in read_scalars(logdir).items()}
+  return series_smoothing_note(series, tags, os.path.basename(os.path.normpath(logdir)),
+                               weight)
+
+
+def series_smoothing_note(series: Mapping[str, Sequence[float]], tags: Sequence[str],
+                          run: str = "eval", weight: float = 0.6) -> Optional[str]:
+  """:func:`smoothing_note` for series in memory: ``{tag: [value, ...]}`` in step order
+  (a fresh run's evaluations, without reading its event files back)."""
   from hypernet.training import console  # pylint: disable=g-import-not-at-top
-  series = read_scalars(logdir)
   wrong = []
   for tag in tags:
-    values = [v for _, v in series.get(tag, [])]
+    values = list(series.get(tag, []))
     if len(values) < 2:
       continue
     drawn, value = smoothed(values, weight)[-1], values[-1]
@@ -483,7 +491,6 @@ def smoothing_note(logdir: str, tags: Sequence[str], weight: float = 0.6) -> Opt
                    f"{console.metric_value(tag, value)}, {len(values)} points)")
   if not wrong:
     return None
-  run = os.path.basename(os.path.normpath(logdir))
   return (f"TensorBoard's default smoothing ({weight}) draws the last {run} "
           f"{'; '.join(wrong)}: set its Smoothing slider to 0 or evaluate more often "
           "(config.eval_every).")
