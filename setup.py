@@ -31,8 +31,16 @@ setup(
         "pillow",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib"],  # matplotlib: tests of experiments/ plots
+        # matplotlib: tests of experiments/ plots; mkdocs: tests/test_docs.py builds the
+        # API reference; tensorflow-datasets: the tfds: data plug-in's test (offline,
+        # tfds.testing.mock_data).
+        "test": ["pytest", "matplotlib", "mkdocs>=1.6", "mkdocstrings[python]>=0.26",
+                 "tensorflow-datasets"],
+        # The documentation site and API reference: mkdocs build --strict (mkdocs.yml).
+        "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
         "plots": ["matplotlib"],
+        # config.data.name = "tfds:NAME" (hypernet/data/plugins.py).
+        "tfds": ["tensorflow-datasets"],
         # benchmarks/: the PyTorch references of meta_bench.py and step_ratio.py.
         "bench": ["torch"],
     },

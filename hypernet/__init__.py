@@ -20,6 +20,7 @@ Layers of the package (a module imports only from its own layer or lower ones):
 * ``hypernet.core`` - the functional call, value overrides, weight roles;
 * ``hypernet.data`` - loaders and step-indexed ``tf.data`` pipelines;
 * ``hypernet.hypernetworks``, ``hypernet.meta``, ``hypernet.continual`` - weight sources;
+* ``hypernet.keras`` - ``keras.Model`` s over them for ``compile()`` / ``fit()``;
 * ``hypernet.training`` - the one training loop, tasks, checkpoints, summaries,
   distribution, configs, command line;
 * ``hypernet.train``, ``hypernet.evaluate`` - the entry points.
@@ -56,6 +57,9 @@ _EXPORTS = {
     "ChunkedHypernetwork": "hypernet.hypernetworks.chunked:ChunkedHypernetwork",
     "StaticHypernetwork": "hypernet.hypernetworks.static:StaticHypernetwork",
     "batched_functional_call": "hypernet.hypernetworks.batched:batched_functional_call",
+    # Keras-native training (compile / fit).
+    "HyperModel": "hypernet.keras.models:HyperModel",
+    "MetaModel": "hypernet.keras.models:MetaModel",
     # Training.
     "train_and_evaluate": "hypernet.training.loop:train_and_evaluate",
     "export_target": "hypernet.training.export:export_target",
@@ -66,6 +70,7 @@ _EXPORTS = {
     "hypernetworks": "hypernet.hypernetworks",
     "meta": "hypernet.meta",
     "continual": "hypernet.continual",
+    "keras": "hypernet.keras",
     "training": "hypernet.training",
 }
 

@@ -10,10 +10,14 @@ the same workdir resumes from the latest checkpoint; rerunning a finished one pr
 summary again. The run ends with a summary (test metrics, steps, wall time, where the
 results are, the commands to evaluate / export it and to open TensorBoard). Console
 lines carry a short time stamp; the first comes before the TensorFlow import. Exit
-status: 0 done, 1 a user error (one line ``train.py: error: ...`` naming the flag,
-field or file and what to do; what needs no TensorFlow is checked before importing it),
-130 stopped by Ctrl-C (after saving a checkpoint once training runs; one line during
-start-up). ``--verbosity=0`` shows TensorFlow's own log lines and absl's format too.
+status: 0 done; 1 a user error (one line ``train.py: error: ...`` naming the flag,
+field, file or folder and what to do; what needs no TensorFlow is checked before
+importing it) or a bug (a traceback); 130 stopped by Ctrl-C (after saving a checkpoint
+once training runs; one line during start-up); 143 stopped early, rerun the same command
+to resume (SIGTERM to any worker: every worker stopped at the same step and the chief
+saved it; or a lost peer worker: the rerun resumes from the chief's latest checkpoint),
+see docs/distributed.md. ``--verbosity=0`` shows TensorFlow's own log lines and absl's
+format too.
 """
 import sys
 import time

@@ -4,12 +4,15 @@ The subprocess tests run the real command line (``python -m hypernet.train``) an
 it; parameters are compared bitwise (``config.deterministic=True`` on CPU).
 """
 import dataclasses
+import json
 import os
+import pathlib
 import random
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -17,7 +20,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import checkpoints, loop
+from hypernet.training import checkpoints, cli, distribute, loop
+from hypernet.training.config_lib import ConfigError
 from hypernet import data as data_lib
 from hypernet.data import pipeline
 
@@ -114,7 +118,7 @@ def test_sigterm_saves_resume_is_bitwise_and_lock_refuses_second_job(tmp_path):
   with pytest.raises(checkpoints.WorkdirInUseError, match=rf"in use .*pid {job.proc.pid}\b"):
     loop.train_and_evaluate(_config(num_steps=600), str(tmp_path / "run"))
   job.proc.send_signal(signal.SIGTERM)
-  assert job.wait() == -signal.SIGTERM, job.log[-3000:]
+  assert job.wait() == checkpoints.EXIT_RESTART, job.log[-3000:]
   stopped = int(job.wait_for(r"Stopped by SIGTERM at step (\d+)").group(1))
   assert 60 <= stopped < 600 and stopped % 10 == 0
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(
@@ -314,3 +318,131 @@ def test_ignored_signal_stays_ignored_and_a_returning_handler_still_stops():
     assert seen == [signal.SIGINT] and exit_info.value.code == 128 + signal.SIGINT
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+# -- checkpoints that heal, log points after a resume, full disks, stale worker folders --
+def _small(**overrides):
+  return _config(**{"model.conv_widths": (8,), "model.dense_widths": (16,),
+                    "hypernet.chunk_size": 256, "hypernet.hidden": (16,), **overrides})
+
+
+def test_unreadable_or_missing_latest_checkpoint_falls_back_and_is_kept_aside(tmp_path, caplog):
+  """A truncated, a bit-flipped and a deleted latest checkpoint: each rerun resumes from
+  the newest readable one with a warning naming the bad one (moved to
+  checkpoints/unreadable/, not deleted) and ends equal to the uninterrupted run. A
+  changed config is still told apart: it is not corruption, nothing is moved."""
+  caplog.set_level("INFO")
+  config = _small(num_steps=30, checkpoint_every=10, checkpoint_keep=10)
+  loop.train_and_evaluate(config, str(tmp_path))
+  folder = tmp_path / "checkpoints"
+  reference = _checkpoint_values(str(folder / "ckpt-30"))
+  data = lambda: next(folder.glob("ckpt-30.data-*"))
+
+  def rerun(expected):
+    caplog.clear()
+    (tmp_path / "final_metrics.json").unlink()  # (Else the finished run is just reported.)
+    assert loop.train_and_evaluate(config, str(tmp_path))["step"] == 30
+    assert re.search(rf"Checkpoint \S*ckpt-30 is {expected}", caplog.text), caplog.text
+    assert re.search(r"Resumed from \S*ckpt-20 at step 20\b", caplog.text), caplog.text
+    values = _checkpoint_values(str(folder / "ckpt-30"))
+    for k in reference:
+      np.testing.assert_array_equal(values[k], reference[k], err_msg=k)
+
+  with open(data(), "r+b") as f:  # Truncated to half.
+    f.truncate(os.path.getsize(data()) // 2)
+  rerun(r"unreadable \(IndexError: Read less bytes than requested\); moved to "
+        r"\S*unreadable/ckpt-30; trying the one before it")
+  assert sorted(p.name for p in (folder / "unreadable").iterdir()) == [
+      "ckpt-30.data-00000-of-00001", "ckpt-30.index"]
+  with open(data(), "r+b") as f:  # 16 bytes inverted in the middle.
+    f.seek(os.path.getsize(data()) // 2)
+    chunk = f.read(16)
+    f.seek(-16, 1)
+    f.write(bytes(255 - b for b in chunk))
+  rerun(r"unreadable \(\w*Error: .*Checksum does not match.*\); moved to "
+        r"\S*unreadable/ckpt-30\.2;")
+  assert "does not fit this config" not in caplog.text
+  for p in folder.glob("ckpt-30.*"):  # Deleted.
+    p.unlink()
+  rerun(r"missing; trying the one before it")
+  # The state file lists only what can be resumed: the rotation keeps the good ones.
+  state = tf.train.get_checkpoint_state(str(folder))
+  assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+      f"ckpt-{s}" for s in (0, 10, 20, 30)]
+  # Another model: a config mismatch, reported as such; nothing is moved.
+  with pytest.raises(ConfigError, match=r"ckpt-30 does not fit this config"):
+    loop.train_and_evaluate(_small(num_steps=40, checkpoint_every=10, checkpoint_keep=10,
+                                   **{"model.dense_widths": (12,)}), str(tmp_path))
+  assert (folder / "ckpt-30.index").exists()
+
+
+def test_first_log_point_after_a_resume_averages_every_step_since_the_last(tmp_path,
+                                                                         monkeypatch):
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
+  points = {}
+  original = summaries.Writer.scalars
+
+  def record(self, step, values, split="train"):
+    if split == "train":
+      points[step] = dict(values)
+    return original(self, step, values, split)
+
+  monkeypatch.setattr(summaries.Writer, "scalars", record)
+  loop.train_and_evaluate(_small(num_steps=20, checkpoint_every=10), str(tmp_path / "a"))
+  a = points.pop(20)
+  loop.train_and_evaluate(_small(num_steps=10, checkpoint_every=10), str(tmp_path / "b"))
+  loop.train_and_evaluate(_small(num_steps=20, checkpoint_every=10), str(tmp_path / "b"))
+  b = points.pop(20)
+  # Identical parameters; the point at step 20 averages steps 11-20 in both runs.
+  assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
+  assert b["accuracy"] == pytest.approx(a["accuracy"], abs=1e-9)
+
+
+def test_full_disk_while_saving_is_one_line_naming_the_folder(tmp_path, monkeypatch):
+  original = tf.train.CheckpointManager.save
+
+  def save(self, checkpoint_number=None, **kw):
+    if checkpoint_number == 20:  # What TensorFlow raises, after writing part of the files.
+      partial = os.path.join(self.directory, "ckpt-20_temp")
+      os.makedirs(partial)
+      raise tf.errors.ResourceExhaustedError(
+          None, None, f"{partial}/part-00000-of-00001.data-00000-of-00001.tempstate1; No "
+          "space left on device [Op:SaveV2]")
+    return original(self, checkpoint_number=checkpoint_number, **kw)
+
+  monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
+  folder = tmp_path / "checkpoints"
+  with pytest.raises(loop.WorkdirWriteError) as info:
+    loop.train_and_evaluate(_small(num_steps=30, checkpoint_every=10), str(tmp_path))
+  assert str(info.value) == (
+      f"Cannot write checkpoint ckpt-20 to {folder}: No space left on device. The previous "
+      f"checkpoint ({folder}/ckpt-10) is kept; free space or fix that folder's permissions, "
+      "then rerun the same command to resume.")
+  assert not (folder / "ckpt-20_temp").exists()
+  assert loop.WorkdirWriteError in cli.user_errors()  # One line, exit status 1.
+
+
+def test_a_killed_workers_checkpoint_folder_is_removed_when_it_starts_again(tmp_path,
+                                                                            monkeypatch):
+  import fcntl  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  monkeypatch.setenv("TF_CONFIG", json.dumps(
+      {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+       "task": {"type": "worker", "index": 1}}))
+  strategy = tf.distribute.get_strategy()
+  first = distribute.write_dir(str(tmp_path / "wd"), strategy)
+  live = distribute.write_dir(str(tmp_path / "wd"), strategy)  # Another live process's.
+  assert os.path.basename(first).startswith("hypernet-worker1-") and first != live
+  # The first process dies by kill -9: its lock goes, its folder stays.
+  os.close(distribute._WRITE_DIR_LOCKS.pop(first))  # pylint: disable=protected-access
+  (pathlib.Path(first) / "checkpoints").mkdir()
+  third = distribute.write_dir(str(tmp_path / "wd"), strategy)
+  assert not os.path.exists(first) and os.path.isdir(live) and os.path.isdir(third)
+  # A folder whose lock is held elsewhere (another open file) is never removed.
+  fd = os.open(os.path.join(live, "owner.lock"), os.O_RDWR)
+  with pytest.raises(OSError):
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  os.close(fd)
+  for path in (live, third):
+    distribute.remove_write_dir(path, str(tmp_path / "wd"))
+  assert not list(tmp_path.glob("hypernet-*"))

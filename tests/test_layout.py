@@ -21,6 +21,7 @@ LAYERS = {
     "hypernetworks": 2,
     "meta": 2,
     "continual": 2,
+    "keras": 2.5,  # Keras models over the weight sources; below the training loop.
     "training": 3,
     "train": 4,
     "evaluate": 4,

@@ -3,17 +3,25 @@
 Both must end with identical parameters and state (dropout masks differ per worker,
 BatchNorm statistics are all-reduced), and only the chief writes checkpoints, events
 and metrics into its workdir; the other worker's temporary checkpoint folder is removed.
+Faults (slow): SIGTERM to either or both workers and kill -9 of either, each followed by
+the same command, lose nothing beyond the chunk in flight and end bitwise equal to an
+uninterrupted run (docs/distributed.md, "Preemption, lost workers and restarts").
 """
 import json
 import os
 import pathlib
+import re
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240   # Both workers, start-up included; they are killed if it passes.
@@ -53,6 +61,12 @@ WORKER = textwrap.dedent("""
     print("RESULT", json.dumps({"metrics": metrics, "replicas": t.num_replicas,
                                 "chief": t.is_chief}))
 """)
+
+
+def _checkpoint_values(prefix):
+  reader = tf.train.load_checkpoint(str(prefix))
+  return {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(str(prefix))
+          if not n.startswith(("save_counter", "_CHECKPOINTABLE"))}
 
 
 def _free_ports(n):
@@ -113,3 +127,169 @@ def test_two_workers_agree_and_only_the_chief_writes(tmp_path):
   assert (wd0 / "final_metrics.json").is_file() and (wd0 / "config.json").is_file()
   assert not wd1.exists() or not any(wd1.rglob("*")), sorted(map(str, wd1.rglob("*")))
   assert not list((tmp_path / "tmp1").glob("hypernet-*"))   # The worker's temp folder is gone.
+
+
+# -- faults: SIGTERM to any worker, kill -9 of either, then the same command again -------
+FAULT_STEPS = 160
+FAULT_CONFIG = {  # digits_hyper, small.
+    "jit_compile": "false", "num_steps": FAULT_STEPS, "batch_size": 32, "log_every": 5,
+    "console_every": 5,  # The test waits for progress lines of given steps.
+    "checkpoint_every": 20, "eval_every": 0, "summaries.every": 0, "model.dropout": 0.0,
+    "model.conv_widths": (8,), "model.dense_widths": (16,), "hypernet.chunk_size": 256,
+    "hypernet.hidden": (16,)}
+FAULT_FLAGS = ["--config=configs/digits_hyper.py", "--config.distribution=multi_worker"] + [
+    f"--config.{k}={v}".replace(" ", "") for k, v in FAULT_CONFIG.items()]
+RESTART = 143  # hypernet.training.checkpoints.EXIT_RESTART
+
+
+class _Worker:
+  """``python -m hypernet.train`` as one worker of a 2-worker loopback cluster; its
+  stderr is collected by a thread."""
+
+  def __init__(self, index, workers, workdir, tmp):
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
+               CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow", TMPDIR=str(tmp),
+               TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                     "task": {"type": "worker", "index": index}}))
+    self.proc = subprocess.Popen(
+        [sys.executable, "-m", "hypernet.train", f"--workdir={workdir}", *FAULT_FLAGS],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    self.lines = []
+    self._reader = threading.Thread(target=self._read, daemon=True)
+    self._reader.start()
+
+  def _read(self):
+    for line in self.proc.stderr:
+      self.lines.append(line)
+
+  @property
+  def log(self):
+    return "".join(self.lines)
+
+  def wait_for(self, pattern, deadline):
+    while time.time() < deadline:
+      for line in list(self.lines):
+        m = re.search(pattern, line)
+        if m:
+          return m
+      if self.proc.poll() is not None:
+        self._reader.join(5)
+        m = re.search(pattern, self.log)
+        if m:
+          return m
+        raise AssertionError(f"exited ({self.proc.returncode}) before {pattern!r}:\n"
+                             f"{self.log[-3000:]}")
+      time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {pattern!r}:\n{self.log[-3000:]}")
+
+  def wait(self, deadline):
+    try:
+      self.proc.wait(max(deadline - time.time(), 1))
+    finally:
+      if self.proc.poll() is None:
+        self.proc.kill()
+        self.proc.wait()
+    self._reader.join(5)
+    return self.proc.returncode
+
+
+def _start_pair(workdir, tmp_path):
+  workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+  return [_Worker(i, workers, workdir, tmp_path / f"tmp{i}") for i in range(2)], workers
+
+
+def _latest_step(workdir):
+  name = tf.train.latest_checkpoint(str(workdir / "checkpoints"))
+  return int(name.rsplit("-", 1)[1]) if name else None
+
+
+@pytest.mark.slow
+def test_faults_on_either_worker_lose_nothing_and_resume_to_the_uninterrupted_run(tmp_path):
+  """One run of 2 workers, faulted five times and restarted with the same command each
+  time: SIGTERM to the non-chief, to the chief, to both 1.5 s apart, kill -9 of the
+  non-chief, kill -9 of the chief. A SIGTERM stops both workers at one step that the
+  chief saves (status 143); a killed worker's peer says in one line whom it lost and
+  where the rerun resumes (status 143). The last rerun ends bitwise equal to an
+  uninterrupted run."""
+  deadline = time.time() + 900
+  wd = tmp_path / "run"
+  pairs = []
+  try:
+    resume_at = 0
+    for fault in ("term1", "term0", "term_both", "kill1", "kill0"):
+      pair, workers = _start_pair(wd, tmp_path)
+      pairs.append(pair)
+      if resume_at:
+        for w in pair:
+          w.wait_for(rf"Resumed from \S*ckpt-{resume_at} at step {resume_at}\b", deadline)
+      first = resume_at + 10
+      if fault.startswith("kill"):  # Past a periodic save, so that one is resumed from.
+        first = (resume_at // 20 + 1) * 20 + 5
+      pair[0].wait_for(rf"step {first}/{FAULT_STEPS}", deadline)
+      if fault.startswith("term"):
+        target = {"term1": [1], "term0": [0], "term_both": [1, 0]}[fault]
+        for k, i in enumerate(target):
+          if k:
+            time.sleep(1.5)
+          if pair[i].proc.poll() is None:
+            pair[i].proc.send_signal(signal.SIGTERM)
+        codes = [w.wait(deadline) for w in pair]
+        assert codes == [RESTART, RESTART], (fault, codes, pair[0].log[-3000:],
+                                             pair[1].log[-3000:])
+        lines = [w.wait_for(r"Stopped by SIGTERM \(sent to (.*)\) at step (\d+); saved "
+                            r"checkpoint (\S+)\. Rerun the same command on every worker",
+                            deadline) for w in pair]
+        assert f"worker {target[0]} ({workers[target[0]]})" in lines[0].group(1), fault
+        got = [int(m.group(2)) for m in lines]
+        assert got[0] == got[1] > resume_at, (fault, got)  # Both stopped at one step...
+        assert _latest_step(wd) == got[0], fault             # ...which the chief saved.
+        assert lines[1].group(3) == str(wd / "checkpoints" / f"ckpt-{got[0]}")
+        resume_at = got[0]
+        for i in range(2):  # Exit handlers ran: AutoGraph's temporary files are gone.
+          assert not list((tmp_path / f"tmp{i}").glob("__autograph_generated_file*"))
+      else:
+        victim = int(fault[-1])
+        survivor = pair[1 - victim]
+        pair[victim].proc.send_signal(signal.SIGKILL)
+        assert pair[victim].wait(deadline) == -signal.SIGKILL
+        assert survivor.wait(deadline) == RESTART, survivor.log[-3000:]
+        saved = _latest_step(wd)
+        assert saved >= first - 5, (fault, saved)
+        line = survivor.wait_for(r"Lost worker (\d) \(([\d.:]+)\).*Rerun the same command on "
+                                 r"every worker: it resumes from \S*ckpt-(\d+)", deadline)
+        assert (int(line.group(1)), line.group(2), int(line.group(3))) == (
+            victim, workers[victim], saved), line.group(0)
+        resume_at = saved
+        if fault == "kill1":  # Its checkpoint copy is left behind, until it starts again.
+          assert list((tmp_path / "tmp1").glob("hypernet-worker1-*"))
+      for w in pair:
+        assert "Traceback" not in w.log, w.log[-3000:]
+
+    final, _ = _start_pair(wd, tmp_path)
+    pairs.append(final)
+    assert [w.wait(deadline) for w in final] == [0, 0], final[0].log[-3000:]
+    assert re.search(rf"Resumed from \S*ckpt-{resume_at} at step {resume_at}\b", final[1].log)
+    assert re.search(rf"Resumed from \S*ckpt-{resume_at} at step {resume_at}\b", final[0].log)
+    # The killed non-chief's checkpoint copy was removed when it started again.
+    assert not list((tmp_path / "tmp1").glob("hypernet-*"))
+  finally:
+    for pair in pairs:
+      for w in pair:
+        if w.proc.poll() is None:
+          w.proc.kill()
+          w.proc.wait()
+  # The uninterrupted run: 2 replicas in this process (MirroredStrategy on the two logical
+  # CPUs of conftest) take the same steps as 2 workers, bit for bit (a sum of two numbers
+  # does not depend on their order).
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, str(REPO / "configs"))
+  import digits_hyper  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  config = digits_hyper.get_config()
+  config.update_from_flattened_dict(dict(FAULT_CONFIG, distribution="mirrored"))
+  assert loop.train_and_evaluate(config, str(tmp_path / "ref"))["step"] == FAULT_STEPS
+  ref_values = _checkpoint_values(tmp_path / "ref" / "checkpoints" / f"ckpt-{FAULT_STEPS}")
+  run_values = _checkpoint_values(wd / "checkpoints" / f"ckpt-{FAULT_STEPS}")
+  assert ref_values.keys() == run_values.keys() and len(ref_values) >= 10
+  for k in ref_values:
+    np.testing.assert_array_equal(ref_values[k], run_values[k], err_msg=k)

@@ -132,12 +132,15 @@ def test_einsum_dense_bias_matches_keras_own_call():
 
 def test_half_precision_keeps_bias_add():
   """A float16 Sum loses ~1% of a conv bias gradient; BiasAddGrad sums in float32."""
-  with plain_bias.plain_bias_scope():
-    f = tf.function(lambda x, b: keras.ops.add(x, b))
-    half = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float16),
-                                   tf.TensorSpec([3], tf.float16))
-    single = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float32),
-                                     tf.TensorSpec([3], tf.float32))
+  def add(x, b):  # the scope counts where it is entered: inside the traced function
+    with plain_bias.plain_bias_scope():
+      return keras.ops.add(x, b)
+
+  f = tf.function(add)
+  half = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float16),
+                                 tf.TensorSpec([3], tf.float16))
+  single = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3], tf.float32),
+                                   tf.TensorSpec([3], tf.float32))
   assert _op_types(half)["BiasAdd"] == 1
   assert _op_types(single)["BiasAdd"] == 0 and _op_types(single)["AddV2"] == 1
 

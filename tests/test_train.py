@@ -195,16 +195,16 @@ def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypa
   offset = [0.0]
   real_time = time.time
   monkeypatch.setattr(loop, "time", types.SimpleNamespace(time=lambda: real_time() + offset[0]))
-  original, calls = loop.Trainer.train_chunk, []
+  original, calls = loop.Trainer.train_chunk_sums, []
 
-  def train_chunk(self, iterator, num_steps):
+  def train_chunk_sums(self, iterator, num_steps):
     out = original(self, iterator, num_steps)
     if not calls:
       offset[0] += 1000.0
     calls.append(num_steps)
     return out
 
-  monkeypatch.setattr(loop.Trainer, "train_chunk", train_chunk)
+  monkeypatch.setattr(loop.Trainer, "train_chunk_sums", train_chunk_sums)
   config = _small_config(num_steps=200, log_every=10, eval_every=0, checkpoint_every=200)
   config.summaries.every = 0
   config.hypernet.kind = "none"
@@ -234,3 +234,5 @@ def test_console_interval_is_about_ten_lines_a_multiple_of_log_every(
   config = _small_config(num_steps=num_steps, log_every=log_every, eval_every=eval_every)
   every = loop.console_interval(config)
   assert every == expected and every % log_every == 0 and num_steps / every <= 10
+  config.console_every = 2 * log_every  # Asked for: every line there is.
+  assert loop.console_interval(config) == 2 * log_every

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import inspect
 import re
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
 
-from hypernet.numerics import fused_norm, second_order
+from hypernet.numerics import compat, fused_norm, second_order
 from hypernet.core import ops, weight_roles
 from hypernet.core.paths import _check_built, _relative_path, variable_paths  # pylint: disable=unused-import
 
@@ -173,6 +174,14 @@ def _replica_seed(path: str, variable):
   return value + tf.stack([offset, tf.zeros_like(offset)])
 
 
+def _takes_training(model) -> bool:
+  """Whether ``model.call`` names a ``training`` argument (Keras passes it only then)."""
+  try:
+    return "training" in inspect.signature(model.call).parameters
+  except (TypeError, ValueError):
+    return True
+
+
 def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
                     return_losses: bool = False,
@@ -264,9 +273,12 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
   arg_of = lambda p: "state" if p in state_paths else "weights"
   tv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else v
         for p, v in trainable.items()]
+  ctx = tf.distribute.get_replica_context()
+  if ctx is not None and ctx.num_replicas_in_sync > 1:
+    compat.check_seed_state()  # how _replica_seed finds the seed states
   ntv = [_check_value(p, v, given[p], arg=arg_of(p)) if p in given else _replica_seed(p, v)
          for p, v in non_trainable.items()]
-  if training is not None and getattr(model, "_call_has_training_arg", True):
+  if training is not None and _takes_training(model):
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()), second_order.exact_moments_scope(), \

@@ -54,6 +54,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 import tensorflow as tf
 
+from hypernet.numerics import compat
+
 Axis = Union[int, Sequence[int], None]
 OverrideFn = Callable[[Any], Any]
 
@@ -275,7 +277,7 @@ def layer_paths(model) -> Dict[str, Any]:
   seen = set()
 
   def visit(parent, prefix):
-    for layer in getattr(parent, "_layers", []):
+    for layer in compat.sublayers(parent):
       if id(layer) in seen:
         continue
       seen.add(id(layer))
@@ -313,6 +315,7 @@ def _apply_override(layer, fn: OverrideFn, outputs):
 
 
 def _install(layer) -> None:
+  compat.check_instance_call()
   with _LOCK:
     entry = _INSTALLED.get(id(layer))
     if entry is not None:
@@ -320,10 +323,12 @@ def _install(layer) -> None:
       return
     had_own = "call" in vars(layer)
     previous = vars(layer).get("call")
-    inner = layer.call  # bound method (or a previous instance attribute)
 
-    @functools.wraps(inner)
+    @functools.wraps(layer.call)
     def call_with_overrides(*args, **kwargs):
+      # The class's call is looked up at each call, not bound here: a dispatcher put on
+      # the class later (hypernet.numerics) is honoured from the first call on.
+      inner = previous if had_own else type(layer).call.__get__(layer)
       outputs = inner(*args, **kwargs)
       for fn in list(_active_fns(id(layer))):
         outputs = _apply_override(layer, fn, outputs)

@@ -47,6 +47,7 @@ import keras
 import numpy as np
 
 from hypernet.core import paths
+from hypernet.numerics import compat
 
 
 class WeightRole(NamedTuple):
@@ -76,10 +77,19 @@ class WeightSpec(dict):
     self.roles: Dict[str, WeightRole] = {p: r for p, r in roles.items() if p in self}
 
 
-try:  # Keras keeps the ConvLSTM cell private; its kernels are gate-stacked convolutions.
-  from keras.src.layers.rnn.conv_lstm import ConvLSTMCell as _CONV_LSTM_CELL
-except ImportError:  # pragma: no cover - other Keras layouts: such kernels are "other".
-  _CONV_LSTM_CELL = None
+# Kernels and biases are found by identity with these public layer properties (Keras keeps
+# some of them behind a property, e.g. Dense's "_kernel"); other variables are "other".
+_ROLE_ATTRS = ("kernel", "bias", "embeddings", "recurrent_kernel", "depthwise_kernel",
+               "pointwise_kernel")
+
+
+def _conv_lstm_cells(layers) -> set:
+  """``id``s of the cells of the public ``ConvLSTM1D/2D/3D`` layers among ``layers`` (the
+  cell class is private; its kernels are gate-stacked convolutions)."""
+  L = keras.layers
+  kinds = tuple(getattr(L, n) for n in ("ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D")
+                if hasattr(L, n))
+  return {id(l.cell) for l in layers if isinstance(l, kinds) and getattr(l, "cell", None)}
 
 
 def _prod(values) -> int:
@@ -101,7 +111,7 @@ def _einsum_fans(layer, shape):
   return fan_in, fan_out
 
 
-def _kernel_fans(layer, attr: str, shape):
+def _kernel_fans(layer, attr: str, shape, conv_lstm: bool = False):
   """``(fan_in, fan_out)`` of ``layer.<attr>`` (shape ``shape``), or None if not a kernel."""
   L = keras.layers
   shape = [int(d) for d in shape]
@@ -139,7 +149,7 @@ def _kernel_fans(layer, attr: str, shape):
   for cell, gates in rnn_cells.items():
     if isinstance(layer, cell) and len(shape) == 2:
       return shape[0], shape[1] // gates
-  if _CONV_LSTM_CELL is not None and isinstance(layer, _CONV_LSTM_CELL):
+  if conv_lstm:
     k = _prod(shape[:-2])   # kernel [*k, in, 4 f], recurrent_kernel [*k, f, 4 f]
     return k * shape[-2], k * shape[-1] // 4
   if isinstance(layer, L.EinsumDense):
@@ -149,14 +159,24 @@ def _kernel_fans(layer, attr: str, shape):
   return None
 
 
-def _owners(model: keras.layers.Layer):
-  """``{id(variable): (layer, attribute)}`` for variables held as layer attributes; a
-  variable that a wrapper also holds (SpectralNormalization) goes to the innermost layer."""
+def _owners(layers):
+  """``{id(variable): (layer, attribute)}`` for the variables the ``layers`` hold: by
+  identity with their public kernel / bias properties (:data:`_ROLE_ATTRS`), else under
+  the attribute name they are kept in (role "other"). A variable that a wrapper also
+  holds (SpectralNormalization) goes to the innermost layer (children come after their
+  parents)."""
   owners = {}
-  for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+  for layer in layers:
     for attr, value in vars(layer).items():
-      if isinstance(value, keras.Variable):  # Keras keeps some as "_kernel" + property.
-        owners[id(value)] = (layer, attr[1:] if attr in ("_kernel", "_embeddings") else attr)  # Children come after their parents.
+      if isinstance(value, keras.Variable):
+        owners[id(value)] = (layer, attr)
+    for attr in _ROLE_ATTRS:
+      try:
+        value = getattr(layer, attr, None)
+      except Exception:  # pylint: disable=broad-except  (e.g. a property of an unbuilt layer)
+        continue
+      if isinstance(value, keras.Variable):
+        owners[id(value)] = (layer, attr)
   return owners
 
 
@@ -167,7 +187,9 @@ def weight_roles(model: keras.layers.Layer) -> Dict[str, WeightRole]:
   Raises:
     ValueError: the model is not built (see :func:`hypernet.core.functional.variable_paths`).
   """
-  owners = _owners(model)
+  layers = compat.flatten_layers(model)
+  owners = _owners(layers)
+  cells = _conv_lstm_cells(layers)
   roles: Dict[str, WeightRole] = {}
   for path, variable in paths.variable_paths(model).items():
     layer, attr = owners.get(id(variable), (None, ""))
@@ -175,13 +197,13 @@ def weight_roles(model: keras.layers.Layer) -> Dict[str, WeightRole]:
       roles[path] = WeightRole("other")
       continue
     cls = type(layer).__name__
-    fans = _kernel_fans(layer, attr, variable.shape)
+    fans = _kernel_fans(layer, attr, variable.shape, id(layer) in cells)
     if fans is not None:
       roles[path] = WeightRole("kernel", int(fans[0]), int(fans[1]), cls)
     elif attr == "bias":
       kernel_attr = "pointwise_kernel" if hasattr(layer, "pointwise_kernel") else "kernel"
       kernel = getattr(layer, kernel_attr, None)
-      kfans = (_kernel_fans(layer, kernel_attr, kernel.shape)
+      kfans = (_kernel_fans(layer, kernel_attr, kernel.shape, id(layer) in cells)
                if isinstance(kernel, keras.Variable) else None)
       roles[path] = (WeightRole("bias", int(kfans[0]), int(kfans[1]), cls) if kfans
                      else WeightRole("other", layer=cls))

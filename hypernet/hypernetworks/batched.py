@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional, ops
+from hypernet.numerics import compat
 
 _LOCK = threading.RLock()
 _INSTALLED: Dict[int, list] = {}  # id(layer) -> [layer, count]
@@ -86,7 +87,7 @@ def _grouped_conv2d_converter(original):
   ``[S, kh, kw, cin, cout]``) becomes one grouped convolution with ``S`` groups (input
   ``[B, H, W, S cin]``, filter ``[kh, kw, cin, S cout]``); loop-invariant filters go to
   the original converter. Extends ``pfor`` through its documented converter registry."""
-  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+  pfor_lib = compat.pfor_module()
 
   def convert(pfor_input):
     x_in, k_in = pfor_input.input(0), pfor_input.input(1)
@@ -132,7 +133,7 @@ _PATCHED: Dict[str, list] = {}  # op type -> [active contexts, original converte
 def _patched_converters(factories) -> Iterator[None]:
   """Installs ``{op_type: factory(original) -> converter}`` in pfor's converter registry
   for the duration of the context (reference counted, thread safe)."""
-  from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+  pfor_lib = compat.pfor_module()
   registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
   with _LOCK:
     for op_type, factory in factories.items():
@@ -157,7 +158,7 @@ _PROBED: Dict[str, bool] = {}
 
 def _has_registry() -> bool:
   try:
-    from tensorflow.python.ops.parallel_for import pfor as pfor_lib  # pylint: disable=g-import-not-at-top
+    pfor_lib = compat.pfor_module()
     registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
     return "Conv2D" in registry and "DepthwiseConv2dNative" in registry and hasattr(pfor_lib, "wrap")
   except (ImportError, AttributeError):
@@ -208,10 +209,10 @@ def _vectorizable_conv_op(layer):
 
 def _conv_layers(model, batched_paths, conv: str) -> List[keras.layers.Layer]:
   """Conv1D/Conv2D layers of ``model``; raises for a batched kernel with no batched form."""
-  from keras.src.layers.convolutional.base_conv import BaseConv  # pylint: disable=g-import-not-at-top
+  convs = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
   found = []
   for path, layer in ops.layer_paths(model).items():
-    if not isinstance(layer, BaseConv):
+    if not isinstance(layer, convs):
       continue
     kernel_path = functional._relative_path(model, layer.kernel)  # pylint: disable=protected-access
     supported = (layer.rank in (1, 2) and layer.data_format == "channels_last"
@@ -328,7 +329,8 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
       examples). With ``shared_inputs=True`` they are ``[B, ...]``, run under every set.
       With ``per_example=True`` they are ``[S, ...]``: one example per weight set
       (dynamic hypernetworks, per-example weights).
-    shared_inputs, per_example: see ``inputs`` (not both).
+    shared_inputs: see ``inputs`` (not with ``per_example``).
+    per_example: see ``inputs`` (not with ``shared_inputs``).
     training: passed to the model (BatchNorm uses each set's own batch statistics).
     return_state: also return the new non-trainable state, ``{path: [S, ...]}`` (one
       state per weight set; e.g. average BatchNorm statistics over sets to share them).

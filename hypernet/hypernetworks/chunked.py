@@ -95,9 +95,10 @@ class ChunkedHypernetwork(base.Hypernetwork):
     head_precondition: ``lam >= 0``; ``> 0`` preconditions the output head's gradient by
       the damped inverse of its input second moment (module doc), ``lam`` being the
       damping relative to the mean eigenvalue. ``0``: the plain gradient.
-    num_conditions, condition_dim: conditioning (see
-      :class:`hypernet.hypernetworks.base.Hypernetwork`); the generator's input for chunk
-      ``c`` is then ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
+    num_conditions: the number of learned condition embeddings (see
+      :class:`hypernet.hypernetworks.base.Hypernetwork`).
+    condition_dim: their size; the generator's input for chunk ``c`` is then
+      ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
     seed: seed of every initialiser (int).
     dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
       policy, float32 by default; ``"float64"`` for finite-difference checks). Generated

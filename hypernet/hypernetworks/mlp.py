@@ -52,7 +52,8 @@ class MLPHypernetwork(base.Hypernetwork):
     hidden: widths of the trunk's hidden layers (ReLU); ``()`` feeds ``[z ; c]`` to the
       heads directly.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
-    num_conditions, condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
+    num_conditions: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
+    condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
     seed: seed of every initialiser.
     dtype: Keras dtype policy (``None``: the global one).
     name: Keras model name.

@@ -53,9 +53,11 @@ class StaticHypernetwork(base.Hypernetwork):
       accepted for a uniform constructor.
     z_dim: ``N_z``, size of each layer (tile) embedding.
     hidden_dim: ``d``, size of ``a_i``; 0 means ``d = N_z`` (as in Ha et al.).
-    slice_in, slice_out: ``N_in``, ``N_out``, channel counts of one basic tile.
+    slice_in: ``N_in``, input channels of one basic tile.
+    slice_out: ``N_out``, output channels of one basic tile.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
-    num_conditions, condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
+    num_conditions: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
+    condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
     seed: seed of every initialiser.
     dtype: Keras dtype policy (``None``: the global one).
     name: Keras model name.

@@ -25,18 +25,11 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional, ops
-from hypernet.numerics import plain_bias, second_order
+from hypernet.numerics import compat, plain_bias, second_order
 from hypernet.meta import losses
 
 Weights = Mapping[str, tf.Tensor]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-
-try:  # Private, but the only way to ask whether an active tape records a tensor.
-  from tensorflow.python.eager import record as _record
-  _should_record_backprop = _record.should_record_backprop
-except (ImportError, AttributeError):  # pragma: no cover - older/newer TF layouts.
-  _should_record_backprop = None
-
 
 class MissingInnerGradientError(ValueError):
   """An adapted weight got no inner-loop gradient (or an unrecorded one)."""
@@ -47,10 +40,13 @@ class MissingInnerGradientError(ValueError):
 
 
 def _is_recorded(tensor: tf.Tensor) -> bool:
-  """Whether an active ``tf.GradientTape`` records operations on ``tensor``."""
-  if _should_record_backprop is None:
+  """Whether an active ``tf.GradientTape`` records operations on ``tensor`` (TensorFlow's
+  private query, :func:`hypernet.numerics.compat.should_record_backprop`; where it is
+  unavailable, ``False``: the guard is off, and a warning said so once)."""
+  query = compat.should_record_backprop()
+  if query is None:
     return False
-  return bool(_should_record_backprop([tensor]))
+  return bool(query([tensor]))
 
 
 def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],

@@ -195,8 +195,13 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   else:
     # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
     # has no pfor converter and would run in a loop over them (hypernet.numerics.norm_relu_pool).
-    with norm_relu_pool.disabled():
-      per_task, states = tf.vectorized_map(task, elems, fallback_to_while_loop=True)
+    # (Entered inside the mapped function: eagerly, vectorized_map traces it in a
+    # tf.function of its own, which a switch entered around the call does not reach.)
+    def unfused_task(elems):
+      with norm_relu_pool.disabled():
+        return task(elems)
+
+    per_task, states = tf.vectorized_map(unfused_task, elems, fallback_to_while_loop=True)
   loss = tf.reduce_mean(per_task["query_loss_after"])
   metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
   new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])

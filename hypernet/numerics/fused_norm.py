@@ -39,16 +39,18 @@ whole block on the fused BatchNorm -> ReLU -> max-pool kernel (that module's doc
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Iterator, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from hypernet.numerics import norm_relu_pool, second_order
+from hypernet.numerics import compat, norm_relu_pool, second_order
 
-_state = threading.local()
+_on = compat.Switch("hypernet.numerics.fused_norm.fused_batch_norm_scope()")
+_off = compat.Switch("hypernet.numerics.fused_norm.disabled()")
 _original_call = None
+_unavailable = None  # why the fused path is off in this process (canary)
 
 
 def _fusable(layer, inputs, training, mask) -> bool:
@@ -56,7 +58,8 @@ def _fusable(layer, inputs, training, mask) -> bool:
     return False
   # A subclass that redefines the moments or the call computes something else.
   cls = type(layer)
-  if cls.call is not _dispatching_call or cls._moments is not keras.layers.BatchNormalization._moments:  # pylint: disable=protected-access
+  if cls.call is not _dispatching_call or getattr(cls, "_moments", None) is not getattr(  # pylint: disable=protected-access
+      keras.layers.BatchNormalization, "_moments", None):
     return False
   if getattr(layer, "renorm", False) or getattr(layer, "synchronized", False):
     return False
@@ -184,19 +187,88 @@ def _dispatching_call(self, inputs, training=None, mask=None):
   return _original_call(self, inputs, training=training, mask=mask)
 
 
-def _install() -> None:
-  """Puts the per-thread dispatcher in place of ``BatchNormalization.call`` (once)."""
-  global _original_call
-  _original_call = second_order.install_dispatcher(
-      keras.layers.BatchNormalization, "call", _dispatching_call)
+def _canary():
+  """The fused call against Keras' own on a tiny batch ``[3, 2, 2, 3]``: values, moving
+  statistics and first derivatives against Keras', second derivatives against float64
+  exact ones (:func:`hypernet.numerics.second_order.exact_moments`). Also checks
+  ``FusedBatchNormV3``'s conventions (Bessel-corrected variance output, an exact
+  registered second derivative)."""
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(1.0, 2.0, (3, 2, 2, 3)), tf.float32)
+  c = tf.constant(rng.normal(size=(3, 2, 2, 3)), tf.float32)
+  d = tf.constant(rng.normal(size=(3, 2, 2, 3)), tf.float32)
+  bn = keras.layers.BatchNormalization(momentum=0.8, epsilon=1e-3, dtype="float32")
+  bn.build(x.shape)
+  start = [rng.uniform(0.5, 1.5, 3).astype("float32") for _ in range(4)]
+  bn.gamma.assign(start[0])
+  bn.beta.assign(start[1])
+
+  def run(call):
+    bn.moving_mean.assign(start[2])
+    bn.moving_variance.assign(start[3])
+    with tf.GradientTape() as t2:
+      t2.watch(x)
+      with tf.GradientTape() as t1:
+        t1.watch(x)
+        y = tf.cast(call(x), tf.float64)
+        f = tf.reduce_sum(y * tf.cast(c, tf.float64))
+      g = t1.gradient(f, x)
+      h = tf.reduce_sum(tf.cast(g, tf.float64) * tf.cast(d, tf.float64))
+    return [t.numpy() for t in (y, g, t2.gradient(h, x))] + [
+        bn.moving_mean.numpy(), bn.moving_variance.numpy()]
+
+  def reference(x):
+    x = tf.cast(x, tf.float64)
+    mean, var = second_order.exact_moments(x, [0, 1, 2])
+    return (start[0].astype("float64") * (x - mean) / tf.sqrt(var + 1e-3)
+            + start[1].astype("float64"))
+
+  fused = run(lambda x: fused_batch_norm_call(bn, x))
+  ref = run(lambda x: _original_call(bn, x, training=True))
+  ref[2] = run(reference)[2]
+  names = ["output", "first derivative", "second derivative", "moving mean",
+           "moving variance"]
+  for name, a, b in zip(names, fused, ref):
+    if not np.allclose(a, b, rtol=1e-3, atol=1e-4 * (1.0 + np.abs(b).max())):
+      return f"{name}: max |fused - reference| {np.abs(a - b).max():.2e}"
+  return None
+
+
+def _install() -> bool:
+  """Puts the per-thread dispatcher in place of ``BatchNormalization.call`` (once) and
+  checks the fused path at first use (:func:`_canary`). Returns whether the fused path
+  is available; if not, one warning says why, and Keras' own code runs."""
+  global _original_call, _unavailable
+  if _unavailable is not None:
+    return False
+  try:
+    original = compat.install_dispatcher(
+        keras.layers.BatchNormalization, "call", _dispatching_call,
+        ["self", "inputs", "training", "mask"])
+    if _original_call is None:  # (kept when replaced, e.g. by a test's simulation)
+      _original_call = original
+  except compat.UnsupportedVersionError as e:
+    _unavailable = str(e)
+  else:
+    reason = compat.run_canary("fused_batch_norm", _canary)
+    if reason is not None:
+      _unavailable = (f"the fused BatchNorm does not match Keras {keras.__version__}'s "
+                      f"on a test batch ({reason})")
+  if _unavailable is not None:
+    compat.warn_once("fused_norm", "%s; BatchNormalization runs Keras' own code "
+                     "(slower, same values).", _unavailable)
+    return False
+  return True
 
 
 @contextlib.contextmanager
 def fused_batch_norm_scope() -> Iterator[None]:
   """Within the block (this thread), eligible BatchNorm calls use the fused kernel
-  (module doc). Re-entrant; outside it Keras behaves as shipped."""
+  (module doc). Re-entrant; it counts where it is entered (eagerly, or in the
+  ``tf.function`` being traced); outside it Keras behaves as shipped. Where the fused
+  path failed its check at first use, Keras' own code runs (one warning)."""
   _install()
-  with second_order.thread_count(_state, "depth"):
+  with _on():
     yield
 
 
@@ -206,13 +278,14 @@ def disabled():
   moments), bit-for-bit Keras values, at the unfused speed. A re-entrant context
   manager.
 
-  The choice is made when the call is traced: a ``tf.function`` traced before the
-  block keeps the kernel it was traced with (trace it inside the block). It is per
-  thread: under a ``tf.distribute`` strategy, enter it inside the replica function
-  that ``strategy.run`` calls (replicas run in threads of their own)."""
-  return second_order.thread_count(_state, "off")
+  It counts where it is entered: eagerly, or in the ``tf.function`` being traced (enter
+  it inside the traced function; entered around the call of a ``tf.function`` it does
+  not reach the trace, and tracing warns once). It is per thread: under a
+  ``tf.distribute`` strategy, enter it inside the replica function that ``strategy.run``
+  calls (replicas run in threads of their own)."""
+  return _off()
 
 
 def is_active() -> bool:
   """Whether eligible BatchNorm calls in this thread use the fused kernel right now."""
-  return getattr(_state, "depth", 0) > 0 and not getattr(_state, "off", 0)
+  return _unavailable is None and _on.on() and not _off.on()

@@ -78,11 +78,14 @@ from typing import Callable, Iterator, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet.numerics import devices, second_order
+from hypernet.numerics import compat, devices, second_order
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
                        "norm_relu_pool.cc")
-_state = threading.local()
+_state = threading.local()  # .registry: fused BatchNorm outputs of this thread
+_on = compat.Switch("hypernet.numerics.norm_relu_pool.scope()")
+_off = compat.Switch("hypernet.numerics.norm_relu_pool.disabled()")
+_unavailable = None  # why the pool dispatcher could not be installed
 _load_lock = threading.Lock()
 _library = None
 _load_error: Optional[str] = None
@@ -240,7 +243,7 @@ def _grad_grad(op, ddx, ddgamma, ddbeta):
 
 def is_active() -> bool:
   """Whether, in this thread right now, eligible blocks are fused (module doc)."""
-  return (getattr(_state, "depth", 0) > 0 and getattr(_state, "off", 0) == 0
+  return (_unavailable is None and _on.on() and not _off.on()
           and not tf.executing_eagerly() and _cpu_only() and library() is not None)
 
 
@@ -266,7 +269,7 @@ def _fusable_pool(layer, inputs) -> Optional[Callable[[], tf.Tensor]]:
   op = getattr(inputs, "op", None)
   if op is None or op.type != "Relu" or inputs.dtype != tf.float32:
     return None
-  return _state.registry.get(op.inputs[0].ref())
+  return (getattr(_state, "registry", None) or {}).get(op.inputs[0].ref())
 
 
 def _dispatching_pool_call(self, inputs):
@@ -277,31 +280,41 @@ def _dispatching_pool_call(self, inputs):
 
 
 def _install() -> None:
-  """Puts the per-thread dispatcher in place of ``MaxPooling2D.call`` (once)."""
-  global _original_pool_call
-  _original_pool_call = second_order.install_dispatcher(
-      keras.layers.MaxPooling2D, "call", _dispatching_pool_call)
+  """Puts the per-thread dispatcher in place of ``MaxPooling2D.call`` (once). Canary: the
+  method's parameters are ``(self, inputs)``; if not, nothing is fused (one warning)."""
+  global _original_pool_call, _unavailable
+  if _unavailable is not None:
+    return
+  try:
+    original = compat.install_dispatcher(
+        keras.layers.MaxPooling2D, "call", _dispatching_pool_call, ["self", "inputs"])
+    if _original_pool_call is None:
+      _original_pool_call = original
+  except compat.UnsupportedVersionError as e:
+    _unavailable = str(e)
+    compat.warn_once("norm_relu_pool", "%s; BatchNorm -> ReLU -> max-pool blocks run on "
+                     "TensorFlow's separate ops.", _unavailable)
 
 
 @contextlib.contextmanager
 def scope() -> Iterator[None]:
   """Within the block (this thread), eligible BatchNorm -> ReLU -> max-pool blocks run
-  on the fused kernel (module doc). Re-entrant; the choice is made when a
-  ``tf.function`` is traced."""
+  on the fused kernel (module doc). Re-entrant; it counts where it is entered (eagerly,
+  or in the ``tf.function`` being traced: :class:`hypernet.numerics.compat.Switch`)."""
   _install()
-  outer = getattr(_state, "depth", 0) == 0
-  if outer:
+  if getattr(_state, "registry", None) is None:
     _state.registry = {}
   try:
-    with second_order.thread_count(_state, "depth"):
+    with _on():
       yield
   finally:
-    if outer:
+    if not _on.count_all():
       _state.registry = None
 
 
 def disabled():
   """Within the block (this thread), nothing is fused even inside :func:`scope`: for
   ``jit_compile=True`` functions (XLA cannot compile the kernel) and for comparisons. A
-  re-entrant context manager; the choice is made when a ``tf.function`` is traced."""
-  return second_order.thread_count(_state, "off")
+  re-entrant context manager; it counts where it is entered (enter it inside the traced
+  function: entered around the call of a ``tf.function`` it does not reach the trace)."""
+  return _off()

@@ -20,10 +20,15 @@ oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass
 Within :func:`plain_bias_scope` (entered around every functional call of the
 meta-learners, :func:`call`, and active when no GPU is visible), Keras' ``add`` of
 float32 or float64 operands computes
-``tf.add`` instead: Keras' own conversions and dtype promotion, and where Keras would
-call ``bias_add``, the bias reshaped to the axis Keras' shortcut picks (the last one, or
-axis 1 for its ``NCHW`` case) -- so the same values and shapes as Keras' own call, and
-the same gradient (a sum over the broadcast axes), without the ``BiasAdd`` op. Half
+``tf.add`` instead where Keras would call ``bias_add`` and a broadcast add computes the
+same thing: the second operand one vector of ``x``'s channels (the last axis, or axis 1
+when the last axis differs), laid out with unit axes so that it broadcasts to that axis
+(a Dense or Conv bias). Keras' own conversions and dtype promotion apply (its public
+``keras.ops.convert_to_tensor`` and ``keras.backend.result_type``), so the values,
+shapes and gradient (a sum over the broadcast axes) are Keras' own, without the
+``BiasAdd`` op; every other ``add`` runs Keras' code, whatever it does. A check at first
+use compares both on such shapes (:func:`_canary`); should they differ, Keras' own
+``add`` runs everywhere (one warning). Half
 precision keeps ``BiasAdd`` (its gradient sums in float32; a float16 ``Sum`` lost ~1% of
 a conv bias gradient). Sparse and ragged operands, other threads and code outside
 meta-learners' calls run Keras' own ``add``; so does a ``tf.function`` traced outside
@@ -40,18 +45,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from typing import Iterator
 
+import keras
+import numpy as np
 import tensorflow as tf
-from keras.src.backend.tensorflow import core as keras_core
-from keras.src.backend.tensorflow import numpy as keras_numpy
-from keras.src.backend.common import dtypes as keras_dtypes
 
-from hypernet.numerics import devices, norm_relu_pool, second_order
+from hypernet.numerics import compat, devices, norm_relu_pool
 
-_state = threading.local()
+_on = compat.Switch("hypernet.numerics.plain_bias.plain_bias_scope()")
 _original_add = None
+_unavailable = None  # why Keras' own add runs everywhere in this process (canary)
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,52 +65,124 @@ def _cpu_only() -> bool:
 
 def is_active() -> bool:
   """Whether Keras' ``add`` is a plain ``tf.add`` in this thread right now."""
-  return getattr(_state, "depth", 0) > 0 and _cpu_only()
+  return _unavailable is None and _on.on() and _cpu_only()
 
 
 def _dense(x) -> bool:
   return not isinstance(x, (tf.SparseTensor, tf.IndexedSlices, tf.RaggedTensor))
 
 
-def _bias_layout(x1: tf.Tensor, x2: tf.Tensor):
-  """Keras' own test for its ``bias_add`` shortcut: ``"NHWC"`` (bias along the last
-  axis), ``"NCHW"`` (along axis 1) or ``None`` (a plain broadcast add)."""
-  if x1.shape.rank is None or x1.shape.rank < 2 or x2.shape.rank is None:
+def _bias_axis(x1: tf.Tensor, x2: tf.Tensor):
+  """The axis of ``x1`` along which ``x2`` is a bias, where Keras' ``bias_add`` shortcut
+  and a broadcast add agree: ``x2`` has one non-unit axis, of ``x1``'s channels, and
+  broadcasts to the last axis of ``x1`` (``NHWC``) or to axis 1 when the last differs
+  (``NCHW``). ``None`` otherwise (Keras' own ``add`` runs)."""
+  r1, r2 = x1.shape.rank, x2.shape.rank
+  if r1 is None or r2 is None or r1 < 2 or r2 > r1:
     return None
-  squeezed = [d for d in x2.shape.as_list() if d is None or d > 1]
-  if len(squeezed) != 1 or squeezed[0] is None:
+  dims = x2.shape.as_list()
+  if any(d is None for d in dims):
     return None
+  big = [i for i, d in enumerate(dims) if d > 1]
+  if len(big) != 1:
+    return None
+  channels = dims[big[0]]
+  axis = r1 - r2 + big[0]  # where the broadcast puts it
   shape = x1.shape.as_list()
-  if squeezed[0] not in (shape[1], shape[-1]):
-    return None
-  return "NHWC" if shape[-1] == squeezed[0] else "NCHW"
+  if axis == r1 - 1 and shape[-1] == channels:
+    return axis
+  if axis == 1 and shape[1] == channels and shape[-1] != channels:
+    return axis
+  return None
 
 
 def _dispatching_add(x1, x2):
   if not (is_active() and _dense(x1) and _dense(x2)):
     return _original_add(x1, x2)
-  # Keras' own conversions and dtype promotion (python scalars are weak types).
-  if not isinstance(x1, (int, float)):
-    x1 = keras_core.convert_to_tensor(x1)
-  if not isinstance(x2, (int, float)):
-    x2 = keras_core.convert_to_tensor(x2)
-  dtype = keras_dtypes.result_type(getattr(x1, "dtype", type(x1)),
-                                   getattr(x2, "dtype", type(x2)))
+  if isinstance(x1, (int, float)) or isinstance(x2, (int, float)):
+    return _original_add(x1, x2)
+  # Keras' own conversions and dtype promotion.
+  x1 = keras.ops.convert_to_tensor(x1)
+  x2 = keras.ops.convert_to_tensor(x2)
+  dtype = keras.backend.result_type(x1.dtype, x2.dtype)
   if dtype not in ("float32", "float64"):
     # Half precision keeps BiasAddGrad, which sums in float32 (a float16 Sum does not).
     return _original_add(x1, x2)
-  x1 = keras_core.convert_to_tensor(x1, dtype)
-  x2 = keras_core.convert_to_tensor(x2, dtype)
-  layout = _bias_layout(x1, x2)
-  if layout is not None:  # What Keras' bias_add computes, as a broadcast add.
-    x2 = tf.reshape(x2, [-1] if layout == "NHWC" else [-1] + [1] * (x1.shape.rank - 2))
-  return tf.add(x1, x2)
+  x1 = keras.ops.convert_to_tensor(x1, dtype)
+  x2 = keras.ops.convert_to_tensor(x2, dtype)
+  axis = _bias_axis(x1, x2)
+  if axis is None:
+    return _original_add(x1, x2)
+  if axis == x1.shape.rank - 1:  # a [C] vector (fused_norm takes conv + bias apart)
+    x2 = tf.reshape(x2, [-1])
+  return tf.add(x1, x2)  # what Keras' bias_add computes, as a broadcast add
 
 
 def _install() -> None:
-  """Puts the per-thread dispatcher in place of the backend's ``add`` (once)."""
-  global _original_add
-  _original_add = second_order.install_dispatcher(keras_numpy, "add", _dispatching_add)
+  """Puts the per-thread dispatcher in place of the backend's ``add`` (once) and checks
+  it at first use (:func:`_canary`); if either fails, Keras' own ``add`` runs (one
+  warning)."""
+  global _original_add, _unavailable
+  if _unavailable is not None:
+    return
+  try:
+    module = compat.keras_backend("numpy", "add")
+    original = compat.install_dispatcher(module, "add", _dispatching_add, ["x1", "x2"])
+    if _original_add is None:  # (kept when replaced, e.g. by a test's simulation)
+      _original_add = original
+  except compat.UnsupportedVersionError as e:
+    _unavailable = str(e)
+  else:
+    reason = compat.run_canary("plain_bias", _canary)
+    if reason is not None:
+      _unavailable = f"plain bias additions differ from Keras {keras.__version__}'s ({reason})"
+  if _unavailable is not None:
+    compat.warn_once("plain_bias", "%s; meta-learning steps use Keras' own add (BiasAdd).",
+                     _unavailable)
+
+
+# Shapes of the check at first use: (x1, x2) of Dense, channels-last and channels-first
+# conv biases, and ones where a broadcast add and Keras' shortcut may disagree.
+_CANARY_SHAPES = [([2, 3], [3]), ([2, 3, 5], [5]), ([2, 4, 4, 3], [1, 1, 1, 3]),
+                  ([2, 3, 4, 5], [1, 3, 1, 1]), ([2, 3, 4, 4], [3, 1, 1]),
+                  ([2, 3, 5], [3]), ([2, 3], [1, 3]), ([3, 3], [3, 1])]
+
+
+def _canary():
+  """``add`` with and without the switch on the shapes above (float32): the same values,
+  shapes or errors; and a Dense layer traced in the scope on CPU has no ``BiasAdd``."""
+  def outcome(x1, x2):
+    try:
+      y = keras.ops.add(x1, x2)
+    except Exception as e:  # pylint: disable=broad-except
+      return type(e).__name__
+    return y.numpy()
+  for a, b in _CANARY_SHAPES:
+    x1 = tf.reshape(tf.range(np.prod(a), dtype=tf.float32), a)
+    x2 = tf.reshape(tf.range(1, np.prod(b) + 1, dtype=tf.float32) * 100.0, b)
+    want = outcome(x1, x2)
+    with _on():
+      got = outcome(x1, x2)
+    same = (type(want) is type(got) and (
+        want == got if isinstance(want, str) else
+        want.shape == got.shape and np.array_equal(want, got)))
+    if not same:
+      return (f"{a} + {b}: Keras gives {getattr(want, 'shape', want)}, the plain add "
+              f"{getattr(got, 'shape', got)}")
+  if _cpu_only():
+    layer = keras.layers.Dense(3)
+    layer.build((2, 4))
+
+    @tf.function(autograph=False)
+    def traced(x):
+      with _on():
+        return layer(x)
+    graph = traced.get_concrete_function(tf.TensorSpec([2, 4])).graph
+    if "BiasAdd" in {op.type for op in graph.get_operations()}:
+      compat.warn_once("plain_bias_unreached", "Keras %s's Dense bias no longer goes "
+                       "through its backend add; meta-learning steps keep BiasAdd (slower on "
+                       "CPU).", keras.__version__)
+  return None
 
 
 def call(fn, *args, **kwargs):
@@ -120,8 +196,9 @@ def call(fn, *args, **kwargs):
 
 @contextlib.contextmanager
 def plain_bias_scope() -> Iterator[None]:
-  """Within the block (this thread), Keras' ``add`` is a plain broadcast ``tf.add``
-  (module doc). Re-entrant; the choice is made when a ``tf.function`` is traced."""
+  """Within the block (this thread), Keras' ``add`` of a bias is a plain broadcast
+  ``tf.add`` (module doc). Re-entrant; it counts where it is entered (eagerly, or in the
+  ``tf.function`` being traced: :class:`hypernet.numerics.compat.Switch`)."""
   _install()
-  with second_order.thread_count(_state, "depth"):
+  with _on():
     yield

@@ -30,36 +30,35 @@ second-order learners refuse such targets (:func:`check_second_order`).
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Iterator, List, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-_state = threading.local()
-_install_lock = threading.Lock()
-_original_compute_moments = None
+from hypernet.numerics import compat
 
-try:  # Private, but the only way to ask whether a tensor's gradient may be differentiated.
-  from tensorflow.python import pywrap_tfe as _pywrap_tfe
-  _possible_gradient_types = _pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes
-except (ImportError, AttributeError):  # pragma: no cover - other TF layouts: always exact.
-  _possible_gradient_types = None
+_exact = compat.Switch("hypernet.numerics.second_order.exact_moments_scope()",
+                       eager_reaches_traces=True)
+_tapes_visible = compat.Switch("hypernet.numerics.second_order.all_tapes_visible()")
+_original_compute_moments = None
+_moments_module = None
 
 
 def _first_order_only(x) -> bool:
   """True when the active tapes/accumulators can differentiate ``x`` at most once.
 
-  TensorFlow's ``TFE_Py_TapeSetPossibleGradientTypes``: 0 no gradient, 1 first order
-  only (one tape), 2 higher order possible (nested tapes, a forward accumulator). Only 1
-  lets Keras' cheaper moments be used; 0 (no tape here, e.g. a trace whose tapes are
-  outside) keeps the exact ones, whose forward pass costs the same.
+  TensorFlow's ``TFE_Py_TapeSetPossibleGradientTypes`` (:func:`.compat.possible_gradient_types`):
+  0 no gradient, 1 first order only (one tape), 2 higher order possible (nested tapes, a
+  forward accumulator). Only 1 lets Keras' cheaper moments be used; 0 (no tape here, e.g.
+  a trace whose tapes are outside) keeps the exact ones, whose forward pass costs the
+  same. Where the query is unavailable (or its canary failed): never.
   """
-  if _possible_gradient_types is None:
+  query = compat.possible_gradient_types()
+  if query is None:
     return False
   try:
-    return _possible_gradient_types([x]) == 1
+    return query([x]) == 1
   except Exception:  # pylint: disable=broad-except
     return False
 
@@ -91,31 +90,14 @@ def exact_moments(x: tf.Tensor, axes, keepdims: bool = False) -> Tuple[tf.Tensor
   return mean, variance
 
 
-def _keras_tf_nn():
-  from keras.src.backend.tensorflow import nn as keras_tf_nn  # pylint: disable=g-import-not-at-top
-  return keras_tf_nn
-
-
 def _dispatching_compute_moments(x, axes, keepdims):
-  if getattr(_state, "depth", 0) > 0:
+  if _exact.on():
     # Inside a trace, tapes outside it (a user's outer tape around a tf.function holding
     # the inner one) are invisible: stay exact unless the caller vouches for them.
-    visible = not tf.inside_function() or getattr(_state, "tapes_visible", 0) > 0
+    visible = not tf.inside_function() or _tapes_visible.on()
     if not (visible and _first_order_only(x)):
       return exact_moments(x, axes, keepdims=keepdims)
   return _original_compute_moments(x, axes, keepdims)
-
-
-@contextlib.contextmanager
-def thread_count(state: threading.local, name: str) -> Iterator[None]:
-  """Adds 1 to ``state.<name>`` (0 if unset) for the block: a re-entrant per-thread
-  switch, on while the count is positive (here, in :mod:`hypernet.numerics.fused_norm` and in
-  :mod:`hypernet.numerics.plain_bias`)."""
-  setattr(state, name, getattr(state, name, 0) + 1)
-  try:
-    yield
-  finally:
-    setattr(state, name, getattr(state, name) - 1)
 
 
 def add_moment_gradients(dx: tf.Tensor, x: tf.Tensor, dmean, dvariance, n) -> tf.Tensor:
@@ -145,42 +127,86 @@ def all_tapes_visible():
   differentiate what runs in the block (this thread), so that the tapes visible in the
   trace tell whether a second derivative can be taken. The train loop's step takes its
   gradients inside its own trace and says so; elsewhere, inside a trace, moments stay
-  exact. A context manager."""
-  return thread_count(_state, "tapes_visible")
+  exact. A context manager; it counts where it is entered (enter it inside the traced
+  function: :class:`hypernet.numerics.compat.Switch`)."""
+  return _tapes_visible()
 
 
-def install_dispatcher(owner, name: str, dispatcher):
-  """Puts ``dispatcher`` in place of ``owner.<name>`` (a Keras class's method or backend
-  function) once, thread-safely, and returns what was there before: how this module,
-  :mod:`hypernet.numerics.fused_norm`, :mod:`hypernet.numerics.plain_bias` and
-  :mod:`hypernet.numerics.norm_relu_pool` put their per-thread switches in place. Calling it
-  again returns the same original."""
-  with _install_lock:
-    current = getattr(owner, name)
-    if current is dispatcher:
-      return dispatcher.original
-    dispatcher.original = current
-    setattr(owner, name, dispatcher)
-    return current
+# The docstring example: LayerNormalization(epsilon=1e-3) of [a, 0.5, -1] at a = 0.2,
+# f = 0.3 y0 - 1.2 y1 + 0.7 y2: f'' exact (Keras' own moments give 0.9404).
+_CANARY_FPP = 0.4278768
+
+
+def _second_derivative(layer_fn, a, c):
+  a = tf.constant(a, tf.float64)
+  with tf.GradientTape() as t2:
+    t2.watch(a)
+    with tf.GradientTape() as t1:
+      t1.watch(a)
+      x = tf.stack([a, tf.constant(0.5, tf.float64), tf.constant(-1.0, tf.float64)])
+      f = tf.reduce_sum(layer_fn(x) * c)
+    g = t1.gradient(f, a)
+  return float(t2.gradient(g, a))
+
+
+def _moments_canary():
+  """LayerNormalization's, GroupNormalization's and ``keras.ops.moments``' (BatchNorm's
+  route) second derivatives through Keras' layers with the hook on, against the same
+  computed from :func:`exact_moments` in float64, and the LN one against its value."""
+  c = tf.constant([0.3, -1.2, 0.7], tf.float64)
+  def reference(x, eps=1e-3):
+    mean, var = exact_moments(x, [-1], keepdims=True)
+    return (x - mean) / tf.sqrt(var + eps)
+  want = _second_derivative(lambda x: reference(x[None])[0], 0.2, c)
+  if abs(want - _CANARY_FPP) > 1e-6:
+    return f"exact_moments gives f'' {want:.7f}, not {_CANARY_FPP}"
+  ln = keras.layers.LayerNormalization(epsilon=1e-3, center=False, scale=False,
+                                       dtype="float64")
+  gn = keras.layers.GroupNormalization(groups=1, epsilon=1e-3, center=False, scale=False,
+                                       dtype="float64")
+  def by_ops(x):
+    mean, var = keras.ops.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) / tf.sqrt(var + 1e-3)
+  with _exact():
+    got = {"LayerNormalization": _second_derivative(lambda x: ln(x[None])[0], 0.2, c),
+           "GroupNormalization": _second_derivative(lambda x: gn(x[None])[0], 0.2, c),
+           "keras.ops.moments": _second_derivative(lambda x: by_ops(x[None])[0], 0.2, c)}
+  wrong = {k: v for k, v in got.items() if abs(v - want) > 1e-9 * max(1.0, abs(want))}
+  if wrong:
+    return "; ".join(f"{k} f'' {v:.7f}" for k, v in wrong.items()) + f" (exact {want:.7f})"
+  return None
 
 
 def _install() -> None:
-  """Puts the per-thread dispatcher in place of Keras' TF-backend moments (once)."""
-  global _original_compute_moments
-  module = _keras_tf_nn()
-  if getattr(module, "_compute_moments", None) is None:
-    raise RuntimeError(
-        "This Keras version has no keras.src.backend.tensorflow.nn._compute_moments, "
-        "where hypernet makes normalisation moments exact for second derivatives. "
-        f"Keras {keras.__version__} is not supported by hypernet.numerics.second_order; pin "
-        "keras to a tested version (see README).")
-  _original_compute_moments = install_dispatcher(module, "_compute_moments",
-                                                 _dispatching_compute_moments)
+  """Puts the per-thread dispatcher in place of Keras' TF-backend moments (once) and
+  checks it at first use (:func:`_moments_canary`).
+
+  Raises:
+    UnsupportedVersionError: the hook is missing, or Keras' normalisation layers no
+      longer reach it (second derivatives through them would be silently wrong).
+  """
+  global _original_compute_moments, _moments_module
+  if _moments_module is None:
+    nn = compat.keras_backend("nn", "moments")
+    _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
+  original = compat.install_dispatcher(
+      _moments_module, "_compute_moments", _dispatching_compute_moments,
+      ["x", "axes", "keepdims"])
+  if _original_compute_moments is None:
+    _original_compute_moments = original
+  compat.possible_gradient_types()  # its canary first: the moments canary relies on it
+  reason = compat.run_canary("moments", _moments_canary)
+  if reason is not None:
+    raise compat.UnsupportedVersionError(
+        f"Keras {keras.__version__}'s normalisation layers no longer compute their moments "
+        f"where hypernet makes second derivatives exact ({reason}); install a Keras "
+        "version hypernet supports (README, 'Supported versions').")
 
 
 def is_exact() -> bool:
-  """Whether Keras moments are exact in this thread right now."""
-  return getattr(_state, "depth", 0) > 0
+  """Whether Keras moments are exact in this thread right now (here: eagerly, or in the
+  trace being built)."""
+  return _exact.on()
 
 
 @contextlib.contextmanager
@@ -190,13 +216,15 @@ def exact_moments_scope() -> Iterator[None]:
   Affects every layer whose moments go through ``keras.ops.moments`` on the TensorFlow
   backend (BatchNormalization, LayerNormalization, GroupNormalization and
   user layers calling ``keras.ops.moments``); synchronised BatchNorm already computes
-  ``E[x^2] - E[x]^2`` without a stop-gradient and is left as it is. Re-entrant.
+  ``E[x^2] - E[x]^2`` without a stop-gradient and is left as it is. Re-entrant; it
+  counts where it is entered (eagerly, or in the ``tf.function`` being traced).
 
   Raises:
-    RuntimeError: the installed Keras lacks the backend function this relies on.
+    UnsupportedVersionError: the installed Keras lacks the backend function this relies
+      on, or its layers no longer reach it (checked once, at first use).
   """
   _install()
-  with thread_count(_state, "depth"):
+  with _exact():
     yield
 
 
@@ -226,7 +254,7 @@ def inexact_second_order_layers(model: keras.layers.Layer) -> List[Tuple[str, st
   the training objective.
   """
   found = []
-  for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+  for layer in compat.flatten_layers(model):
     reason = _inexact_reason(layer)
     if reason:
       found.append((getattr(layer, "path", layer.name), reason))

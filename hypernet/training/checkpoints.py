@@ -4,9 +4,14 @@
   ``workdir/lock``: the kernel drops it when the process ends in any way (``kill -9``
   included), so a crashed job never leaves a stale lock behind.
 * :class:`SignalCatcher` -- records SIGTERM / SIGINT instead of dying, so the train loop
-  can finish the current chunk of steps, save a checkpoint and then exit *by the same
-  signal* (exit status -15 / KeyboardInterrupt), as schedulers expect.
+  can finish the current chunk of steps, agree on the stop step with the other workers,
+  save a checkpoint and exit: SIGTERM with status 143 (:class:`Preempted`), SIGINT by
+  ``KeyboardInterrupt`` (status 130 from the command line).
 * :func:`resolve_checkpoint` -- the latest or a named checkpoint of a workdir.
+* :func:`restore_candidates` / :func:`set_aside` -- the checkpoints a resume may use,
+  newest first, and where an unreadable one is moved (``checkpoints/unreadable/``).
+* :class:`Preempted` / :class:`PeerLost` -- how a run that can be resumed ends: a
+  ``SystemExit`` with status :data:`EXIT_RESTART` (143), after exit handlers ran.
 
 Checkpoints themselves are written by ``tf.train.CheckpointManager``: the data and index
 files are complete before the ``checkpoint`` state file is atomically replaced to name
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -27,6 +33,37 @@ from absl import logging
 import tensorflow as tf
 
 LOCK_NAME = "lock"
+# The exit status of a run that stopped early and resumes when rerun with the same command
+# (preempted by SIGTERM on any worker, or a lost peer worker): 128 + SIGTERM, what a shell
+# reports for a process ended by SIGTERM and what TensorFlow's PreemptionCheckpointHandler
+# exits with on GCE (failure_handling_util._RESTARTABLE_EXIT_CODE). A bug or a user error
+# exits 1.
+EXIT_RESTART = 143
+UNREADABLE_DIR = "unreadable"
+
+
+class Preempted(SystemExit):
+  """A stop asked for by SIGTERM (on this or another worker): every worker stopped at the
+  same step, the chief saved it, rerunning the same command resumes there.
+
+  A ``SystemExit`` with code :data:`EXIT_RESTART`: uncaught, it ends the process with
+  status 143 and no traceback, after exit handlers ran. ``str()`` is the one-line reason.
+  Attributes: ``step`` (the step saved), ``checkpoint`` (its path in the workdir).
+  """
+
+  def __init__(self, message: str, step: Optional[int] = None,
+               checkpoint: Optional[str] = None):
+    super().__init__(EXIT_RESTART)
+    self.message, self.step, self.checkpoint = message, step, checkpoint
+
+  def __str__(self):
+    return self.message
+
+
+class PeerLost(Preempted):
+  """Another worker of a multi-worker run stopped answering (killed, preempted, its
+  machine lost): this worker stops too. Rerunning the same command on every worker
+  resumes from the chief's latest checkpoint (``checkpoint``). Exit status 143."""
 
 
 class WorkdirInUseError(RuntimeError):
@@ -142,10 +179,13 @@ class SignalCatcher:
   """Records termination signals so that training can checkpoint before exiting.
 
   Inside ``with SignalCatcher() as signals:`` a SIGTERM or SIGINT only sets
-  ``signals.received`` (the first signal number); the train loop polls it between chunks
-  of steps, saves a checkpoint and calls :meth:`exit_by_signal`. A *second* signal of the
-  same kind restores the previous handler and re-delivers it at once (Ctrl-C twice
-  forces an exit without waiting for the checkpoint).
+  ``signals.received`` (the first signal number); the train loop shares it with the
+  other workers between chunks of steps, saves a checkpoint and then raises
+  :class:`Preempted` (SIGTERM) or calls :meth:`exit_by_signal` (SIGINT). A *second*
+  signal of the same kind before the stop restores the previous handler and re-delivers
+  it at once (Ctrl-C twice forces an exit without waiting for the checkpoint); once the
+  checkpoint is saved, :meth:`ignore_further_sigterm` keeps a late SIGTERM from cutting
+  the exit short.
 
   Python runs signal handlers in the main thread between bytecodes, so the flag is set
   when the running ``tf.function`` chunk returns: the reaction time is one chunk of steps
@@ -194,6 +234,15 @@ class SignalCatcher:
 
   def __exit__(self, *exc):
     self._restore()
+
+  def ignore_further_sigterm(self) -> None:
+    """After the stop's checkpoint: SIGTERM is ignored until the process exits (a
+    scheduler that signals every worker of a job reaches some of them while they exit),
+    so the exit status stays :data:`EXIT_RESTART`. ``SIG_IGN``, not a Python handler:
+    Python resets its own handlers to the default when it finalises, while TensorFlow's
+    runtime still shuts down."""
+    if self.enabled and signal.SIGTERM in self.signals:
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
   def exit_by_signal(self) -> None:
     """Restores the previous handlers and re-delivers the received signal to this process.
@@ -245,3 +294,86 @@ def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -
     present = list(state.all_model_checkpoint_paths) if state else []
     raise FileNotFoundError(f"Checkpoint {path} does not exist; present: {present}.")
   return path
+
+
+def _step_of(prefix: str) -> int:
+  tail = os.path.basename(prefix).rsplit("-", 1)[-1]
+  return int(tail) if tail.isdigit() else -1
+
+
+def restore_candidates(folder: str) -> list:
+  """The checkpoints a resume may use, newest first: ``[(prefix, problem)]``.
+
+  Those the ``checkpoint`` state file lists and those whose ``ckpt-N.index`` file is in
+  ``folder`` (a state file naming deleted checkpoints must not hide the older ones).
+  ``problem`` is ``None``, or ``"missing"`` when the index or data files are gone.
+  """
+  state = tf.train.get_checkpoint_state(folder)
+  named = list(state.all_model_checkpoint_paths) if state else []
+  if state and state.model_checkpoint_path:
+    named.append(state.model_checkpoint_path)
+  named = [p if os.path.isabs(p) or "://" in p else os.path.join(folder, p) for p in named]
+  found = [f[:-len(".index")] for f in tf.io.gfile.glob(os.path.join(folder, "ckpt-*.index"))]
+  prefixes = {os.path.join(folder, os.path.basename(p)) for p in named + found}
+  out = []
+  for p in sorted(prefixes, key=_step_of, reverse=True):
+    whole = tf.io.gfile.exists(p + ".index") and tf.io.gfile.glob(p + ".data-*")
+    out.append((p, None if whole else "missing"))
+  return out
+
+
+def set_aside(prefix: str) -> str:
+  """Moves the files of checkpoint ``prefix`` into ``<its folder>/unreadable/`` (kept for
+  inspection, out of the way of resumes and of ``CheckpointManager``'s rotation);
+  returns the new prefix."""
+  folder = os.path.join(os.path.dirname(prefix), UNREADABLE_DIR)
+  tf.io.gfile.makedirs(folder)
+  name = os.path.basename(prefix)
+  target, n = os.path.join(folder, name), 1
+  while tf.io.gfile.glob(target + ".*"):
+    n += 1
+    target = os.path.join(folder, f"{name}.{n}")
+  for f in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.rename(f, target + f[len(prefix):])
+  return target
+
+
+def write_state(folder: str, prefixes: Sequence[str]) -> None:
+  """Rewrites ``folder/checkpoint`` (``CheckpointManager``'s state file) to list
+  ``prefixes`` (oldest first; the last is the latest), or removes it when there are
+  none. Written to a temporary file, then renamed over the old one."""
+  path = os.path.join(folder, "checkpoint")
+  if not prefixes:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+    return
+  names = [os.path.basename(p) for p in prefixes]
+  # With timestamps (in order, after last_preserved_timestamp), or CheckpointManager
+  # would not count the listed checkpoints for its rotation.
+  now = time.time()
+  text = (f'model_checkpoint_path: "{names[-1]}"\n'
+          + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
+          + "".join(f"all_model_checkpoint_timestamps: {now - len(names) + i:.3f}\n"
+                    for i in range(len(names)))
+          + f"last_preserved_timestamp: {now - len(names) - 1:.3f}\n")
+  with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def unreadable(prefix: str) -> Optional[str]:
+  """Why checkpoint ``prefix`` cannot be read, or ``None`` when every saved tensor reads
+  back (TensorFlow checks each one's checksum as it reads it). Reads the checkpoint
+  without restoring it, so that a bad one leaves the model untouched: a truncated data
+  file raises ``IndexError``, flipped bytes an ``OpError`` ("Checksum does not
+  match")."""
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except (tf.errors.OpError, IndexError, ValueError) as e:
+    text = str(getattr(e, "message", "") or e).strip()
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
+    return f"unreadable ({type(e).__name__}: {line[:300]})"
+  return None

@@ -321,7 +321,8 @@ def user_errors() -> tuple:
   errors = [config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
             export.ExportPathError, export.ExportConditionError]
   for module, name in (("hypernet.training.checkpoints", "WorkdirInUseError"),
-                       ("hypernet.training.loop", "NonFiniteLossError")):
+                       ("hypernet.training.loop", "NonFiniteLossError"),
+                       ("hypernet.training.loop", "WorkdirWriteError")):
     if module in sys.modules:
       errors.append(getattr(sys.modules[module], name))
   return tuple(errors)

@@ -43,6 +43,19 @@ CHOICES = {
 }
 
 
+# Plug-ins (hypernet/core/plugins.py, docs/keras.md): these fields may also name user code
+# "package.module:attribute", and data.name a TensorFlow Datasets set "tfds:NAME",
+# model.name any "keras.applications.<Model>"; checked when the run builds them.
+PLUGIN_FIELDS = ("task", "data.name", "model.name")
+
+
+def is_plugin_value(field: str, value) -> bool:
+  """Whether ``value`` of ``field`` names a plug-in rather than one of :data:`CHOICES`."""
+  if field not in PLUGIN_FIELDS or not isinstance(value, str):
+    return False
+  return ":" in value or (field == "model.name" and value.startswith("keras.applications."))
+
+
 class ConfigError(ValueError):
   """A config field is unknown, missing, of the wrong type or has an impossible value."""
 
@@ -125,12 +138,16 @@ def _check_values(config) -> None:
     value = flat.get(field)
     if field in flat and (isinstance(value, bool) and field == "jit_compile"):
       continue
-    if field in flat and value not in allowed:
-      raise ConfigError(f"config.{field}={value!r} is not one of {list(allowed)}.")
+    if field in flat and value not in allowed and not is_plugin_value(field, value):
+      plugin = (" or a plug-in 'package.module:attribute'" if field in PLUGIN_FIELDS else "")
+      raise ConfigError(f"config.{field}={value!r} is not one of {list(allowed)}{plugin}.")
   for name in _POSITIVE_INTS:
     value = config.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
       raise ConfigError(f"config.{name} must be a positive integer, got {value!r}.")
+  if config.console_every < 0 or config.console_every % config.log_every:
+    raise ConfigError(f"config.console_every={config.console_every} must be a multiple of "
+                      f"config.log_every={config.log_every} (0: about ten lines a run).")
   if not isinstance(config.eval_every, int) or config.eval_every < 0:
     raise ConfigError(f"config.eval_every must be an integer >= 0 (0: only at the end), got "
                       f"{config.eval_every!r}.")
@@ -212,7 +229,7 @@ def _check_model(config) -> None:
     raise ConfigError(f"config.model.name='conv4' is the meta-learning target (config.task="
                       f"'few_shot'); config.task={config.task!r} trains 'cnn' or "
                       "'mobilenet_v2'.")
-  if m.name == "mobilenet_v2":
+  if m.name == "mobilenet_v2" or is_plugin_value("model.name", m.name):
     return
   widths = tuple(m.conv_widths) + (tuple(m.dense_widths) if m.name == "cnn" else ())
   if any(not isinstance(w, numbers.Integral) or w <= 0 for w in widths):
@@ -392,7 +409,8 @@ def flatten(config, prefix: str = "") -> Dict[str, Any]:
 HPARAMS_FIRST = ("optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size", "num_steps",
                  "seed")
 # Fields that steer how a run is executed, observed or saved, not what it learns.
-_NOT_HPARAMS = ("summaries.", "fault.", "log_every", "eval_every", "checkpoint_every",
+_NOT_HPARAMS = ("summaries.", "fault.", "log_every", "console_every", "eval_every",
+                "checkpoint_every",
                 "checkpoint_keep", "deterministic", "jit_compile", "eval_batch_size",
                 "data.data_dir", "meta.parallel")
 _HYPERNET_KIND_FIELDS = {
@@ -451,10 +469,14 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return config.data.name == "omniglot"
     if name == "test_fraction":
       return config.data.name == "digits"
+    if name in ("tfds_train_split", "tfds_test_split"):
+      return str(config.data.name).startswith("tfds:")
     return name == "name" or not meta  # Augmentation: the classification pipeline.
   if group == "model":
     if config.task == "sinusoid":
       return False
+    if str(config.model.name).startswith("keras.applications."):
+      return name in ("name", "image_size")
     return name == "name" or name in _MODEL_FIELDS.get(config.model.name, ())
   if group == "hypernet":
     kind = config.hypernet.kind
@@ -604,6 +626,12 @@ def base_config():
   c.data.test_fraction = 0.2   # digits only: held-out fraction per class
   c.data.augment_shift = 0     # random translation by up to this many pixels
   c.data.augment_flip = False  # random left-right flips
+  # Plug-ins: data.name "tfds:NAME" (TensorFlow Datasets, from data_dir) or
+  # "package.module:function"; model.name "keras.applications.<Model>" (weights=None,
+  # resized to model.image_size) or "package.module:factory"; task "package.module:Class"
+  # (hypernet/core/plugins.py, docs/keras.md).
+  c.data.tfds_train_split = "train"  # tfds: the training split
+  c.data.tfds_test_split = "test"    # tfds: the evaluation split
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "cnn"         # cnn | mobilenet_v2 (keras.applications, weights=None)
@@ -725,6 +753,9 @@ def base_config():
 
   # Observability and fault tolerance (hypernet/training/summaries.py, hypernet/training/checkpoints.py).
   c.deterministic = False      # enable TF op determinism: bitwise-identical CPU reruns
+  # Console (hypernet/training/loop.py): a progress line every console_every steps (a
+  # multiple of log_every); 0: about ten lines a run.
+  c.console_every = 0
   c.summaries = ml_collections.ConfigDict()
   c.summaries.every = 500      # weight histograms, kernel images, norms (0: off)
   c.summaries.kernel_images = 1  # draw the first N conv kernels as filter grids

@@ -435,7 +435,7 @@ def _reset_optimizer_slots(optimizer) -> None:
   counters = {id(o.iterations): o.iterations for o in (optimizer, inner)
               if getattr(o, "iterations", None) is not None}
   keep = set(counters)
-  lr = getattr(inner, "_learning_rate", None)
+  lr = inner.learning_rate  # public: the variable itself for a constant rate
   if isinstance(lr, (tf.Variable, keras.Variable)):
     keep.add(id(lr))
   for v in inner.variables:

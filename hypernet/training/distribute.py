@@ -23,6 +23,7 @@ replicas (replica 0 keeps the single-device stream).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -31,6 +32,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 from absl import logging
 import keras
 import tensorflow as tf
+
+from hypernet.numerics import compat
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 DTYPE_POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -144,24 +147,87 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
   return task_type == "worker" and task_id == 0 and "chief" not in cluster
 
 
+def cluster_tasks(strategy: tf.distribute.Strategy) -> List[Tuple[str, int, str]]:
+  """``[(type, index, address)]`` of the tasks that train, chief first, then the workers
+  by index (``[]`` outside a cluster). A task's position in this list is its slot in
+  :meth:`hypernet.training.loop.Trainer.agree_stop`."""
+  resolver = strategy.cluster_resolver
+  cluster = (resolver.cluster_spec().as_dict() if resolver is not None
+             else _tf_config().get("cluster", {}))
+  out = []
+  for kind in ("chief", "worker"):
+    addresses = cluster.get(kind, [])
+    if isinstance(addresses, dict):  # {index: address} (sparse cluster specs).
+      addresses = [addresses[k] for k in sorted(addresses)]
+    out += [(kind, i, a) for i, a in enumerate(addresses)]
+  return out
+
+
+def task_name(task: Tuple[str, int, str]) -> str:
+  """``"worker 1 (10.0.0.2:12345)"``."""
+  return f"{task[0]} {task[1]} ({task[2]})"
+
+
+_WRITE_DIR_LOCKS: Dict[str, int] = {}
+_WRITE_DIR_LOCK = "owner.lock"
+
+
+def _remove_stale_write_dirs(prefix: str) -> None:
+  """Removes ``$TMPDIR/<prefix>*`` folders that no live process owns: a non-chief worker
+  killed (``kill -9``, lost machine) cannot remove its own. A live owner holds an
+  ``flock`` on the folder's lock file, which the kernel drops when it dies."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  for folder in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
+    lock = os.path.join(folder, _WRITE_DIR_LOCK)
+    try:
+      fd = os.open(lock, os.O_RDWR)
+    except OSError:
+      continue  # Not one of ours, or just being created.
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      continue  # Its owner is alive.
+    finally:
+      os.close(fd)
+    shutil.rmtree(folder, ignore_errors=True)
+    logging.info("Removed %s, the checkpoint folder of an earlier run of this worker that "
+                 "did not end normally.", folder)
+
+
 def write_dir(workdir: str, strategy: tf.distribute.Strategy) -> str:
   """Where this process writes checkpoints: ``workdir`` on the chief, else a fresh
   temporary folder (``$TMPDIR/hypernet-<type><index>-*``).
 
   Under ``MultiWorkerMirroredStrategy`` every worker must take part in a checkpoint save
   (reading distributed variables may need collectives), but only the chief's copy is
-  kept; remove the others with :func:`remove_write_dir` when done.
+  kept; remove the others with :func:`remove_write_dir` when done. The process holds a
+  lock on its folder while it lives; folders of this worker's earlier processes that
+  died without removing theirs (``kill -9``) are removed here.
   """
   if is_chief(strategy):
     return workdir
   task_type, task_id = task_info(strategy)
-  return tempfile.mkdtemp(prefix=f"hypernet-{task_type}{task_id}-")
+  prefix = f"hypernet-{task_type}{task_id}-"
+  try:
+    import fcntl  # pylint: disable=g-import-not-at-top
+  except ImportError:  # Not a POSIX system: no lock, no clean-up.
+    return tempfile.mkdtemp(prefix=prefix)
+  _remove_stale_write_dirs(prefix)
+  path = tempfile.mkdtemp(prefix=prefix)
+  fd = os.open(os.path.join(path, _WRITE_DIR_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+  fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  _WRITE_DIR_LOCKS[path] = fd
+  return path
 
 
 def remove_write_dir(path: str, workdir: str) -> None:
   """Deletes a non-chief's temporary folder from :func:`write_dir` (never ``workdir``)."""
   if os.path.abspath(path) != os.path.abspath(workdir) and tf.io.gfile.exists(path):
     tf.io.gfile.rmtree(path)
+  fd = _WRITE_DIR_LOCKS.pop(path, None)
+  if fd is not None:
+    os.close(fd)
 
 
 # -- inside the replica step ---------------------------------------------------------
@@ -236,17 +302,11 @@ def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.opti
     ``optimizer`` (modified in place).
 
   Raises:
-    RuntimeError: this Keras version has no per-replica gradient sum where expected
-      (the installed Keras changed; the test suite's exact two-replica gradient tests
-      show whether it still sums).
+    hypernet.numerics.compat.UnsupportedVersionError: this Keras version no longer sums
+      over replicas where expected (checked once: ``SGD.apply`` must reach the sum).
   """
   inner = getattr(optimizer, "inner_optimizer", optimizer)
-  if not callable(getattr(type(inner), "_all_reduce_sum_gradients", None)):
-    raise RuntimeError(
-        f"{type(inner).__name__} has no _all_reduce_sum_gradients: this Keras version "
-        f"({keras.__version__}) sums gradients differently; update "
-        "hypernet.training.distribute.apply_reduced_gradients.")
-  inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+  compat.switch_off_optimizer_sum(inner)
   return optimizer
 
 

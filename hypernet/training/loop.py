@@ -23,9 +23,13 @@ Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
   first bad step and the first non-finite tensor (found by replaying that step from the
   last checkpoint), before anything from that step is saved; with
   ``config.fault.nonfinite="skip"`` the bad step is skipped instead;
-* SIGTERM / SIGINT: the current chunk finishes, a checkpoint is saved and the process
-  exits by the same signal; a second job on the same workdir is refused
-  (:mod:`hypernet.training.checkpoints`);
+* SIGTERM / SIGINT: the current chunk finishes, every worker learns of the signal at the
+  same chunk boundary (:meth:`Trainer.agree_stop`), all stop at that step, the chief's
+  checkpoint of it is saved and the run ends with :class:`~hypernet.training.checkpoints.
+  Preempted` (exit status 143: rerun to resume) or ``KeyboardInterrupt``; a lost peer
+  worker ends it with one line and :class:`~hypernet.training.checkpoints.PeerLost`
+  (143); a resume skips unreadable checkpoints; a second job on the same workdir is
+  refused (:mod:`hypernet.training.checkpoints`);
 * every ``config.summaries.every`` steps the model summaries of
   :class:`hypernet.training.summaries.ModelSummaries` (histograms, kernel images, norms) and an
   optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
@@ -40,6 +44,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -54,6 +59,30 @@ from hypernet.numerics import norm_relu_pool, second_order
 
 class NonFiniteLossError(FloatingPointError):
   """The loss or gradient became NaN/inf; the last good checkpoint is kept."""
+
+
+class WorkdirWriteError(OSError):
+  """A checkpoint, event or metrics file could not be written (disk full, no permission);
+  the message names the folder, and the previous checkpoint is kept."""
+
+
+def _write_failure(error: BaseException) -> Optional[str]:
+  """``"No space left on device"``-style reason when ``error`` is a failed file write
+  (TensorFlow's or Python's), else ``None`` (a GPU out-of-memory error is not one)."""
+  import errno  # pylint: disable=g-import-not-at-top
+  if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EACCES, errno.EPERM,
+                                                    errno.EROFS, errno.EDQUOT):
+    return os.strerror(error.errno)
+  text = str(getattr(error, "message", "") or error)
+  for reason in ("No space left on device", "Disk quota exceeded", "Permission denied",
+                 "Operation not permitted", "Read-only file system"):
+    if reason in text and isinstance(error, (tf.errors.PermissionDeniedError,
+                                             tf.errors.ResourceExhaustedError,
+                                             tf.errors.FailedPreconditionError,
+                                             tf.errors.UnknownError,
+                                             tf.errors.InternalError)):
+      return reason
+  return None
 
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras.optimizers.Optimizer:
@@ -147,9 +176,15 @@ class Trainer:
     self.checkpoint = tf.train.Checkpoint(step=self.step, optimizer=self.optimizer,
                                           **self.task.trackables())
     self.write_dir = distribute.write_dir(workdir, self.strategy)
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(self.write_dir, "checkpoints"),
-        max_to_keep=config.checkpoint_keep if self.is_chief else 1)
+    self.manager = self._make_manager()
+    # The workers of a multi-worker run, and this process's slot among them (agree_stop).
+    self.cluster = distribute.cluster_tasks(self.strategy)
+    own = distribute.task_info(self.strategy)
+    self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
+    self.multi_worker = len(self.cluster) > 1 and isinstance(
+        self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    self._agree = tf.function(self._agree_fn)
+    self.restored_from: Optional[str] = None  # Set by restore().
     self.jit = _use_jit(config)
     # BatchNorm -> ReLU -> max-pool blocks of meta-learners on one CPU kernel
     # (config.meta.fused_blocks); XLA cannot compile it.
@@ -167,6 +202,62 @@ class Trainer:
     gradients_fn = tf.autograph.experimental.do_not_convert(self._gradients_fn)
     self._gradients = tf.function(gradients_fn, jit_compile=True) \
         if self.jit else gradients_fn
+
+  def _make_manager(self) -> tf.train.CheckpointManager:
+    return tf.train.CheckpointManager(
+        self.checkpoint, os.path.join(self.write_dir, "checkpoints"),
+        max_to_keep=self.config.checkpoint_keep if self.is_chief else 1)
+
+  def _agree_fn(self, flags):
+    def replica_fn(f):  # (A float tensor made on the replica's device: the collective
+      # all-reduce refuses an int32 constant placed nowhere.)
+      f = tf.cast(f, tf.float32)
+      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, f)
+    summed = self.strategy.experimental_local_results(
+        self.strategy.run(replica_fn, args=(flags,)))[0]
+    return summed / (self.num_replicas // len(self.cluster))  # Per worker, not replica.
+
+  def agree_stop(self, signum: Optional[int]) -> List[int]:
+    """Shares "a signal asked me to stop" with every worker (a collective: every worker
+    calls it at the same point of the loop, between chunks of steps).
+
+    Args:
+      signum: the signal this process received (``None``: none).
+
+    Returns:
+      One signal number per worker of :attr:`cluster` (0: none; one entry outside a
+      multi-worker run), the same list on every worker, so all stop at the same step.
+    """
+    if not self.multi_worker:
+      return [signum or 0]
+    flags = [0] * len(self.cluster)
+    flags[self.task_slot] = int(signum or 0)
+    return [int(round(float(v))) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
+
+  def save(self, step: int) -> str:
+    """Saves checkpoint ``ckpt-<step>`` (on every worker: it may need collectives).
+
+    Raises:
+      WorkdirWriteError: the disk is full or the folder is not writable; names the
+        folder, removes the partial ``ckpt-<step>_temp`` folder and keeps the previous
+        checkpoint.
+    """
+    try:
+      return self.manager.save(checkpoint_number=step)
+    except (OSError, tf.errors.OpError) as e:
+      reason = _write_failure(e)
+      if reason is None:
+        raise
+      partial = os.path.join(self.manager.directory, f"ckpt-{step}_temp")
+      try:
+        if tf.io.gfile.exists(partial):
+          tf.io.gfile.rmtree(partial)
+      except (OSError, tf.errors.OpError):
+        pass
+      raise WorkdirWriteError(
+          f"Cannot write checkpoint ckpt-{step} to {self.manager.directory}: {reason}. The "
+          f"previous checkpoint ({self.manager.latest_checkpoint}) is kept; free space or "
+          "fix that folder's permissions, then rerun the same command to resume.") from None
 
   # -- the compiled step ------------------------------------------------------------
   def _gradients_fn(self, batch):
@@ -246,36 +337,79 @@ class Trainer:
 
   # -- public -----------------------------------------------------------------------
   def restore(self, replay: bool = False) -> int:
-    """Restores the latest checkpoint if there is one; returns the step to start at.
+    """Restores the newest readable checkpoint if there is one; returns the step to start
+    at (0 without one). Sets :attr:`restored_from` (the path, or ``None``).
 
-    Every worker restores the chief's latest checkpoint (``workdir/checkpoints``), also
-    non-chief workers, whose own saves go to a temporary folder. ``replay``: the restore
-    is the non-finite step search's rewind (logged as such, not as a resume).
+    Every worker restores the chief's checkpoints (``workdir/checkpoints``), also
+    non-chief workers, whose own saves go to a temporary folder. A checkpoint whose files
+    are missing or unreadable (truncated, failed checksum) is skipped with a warning that
+    names it; the chief moves an unreadable one into ``checkpoints/unreadable/`` and
+    rewrites the state file without it, so that it is kept but neither resumed from nor
+    counted by the rotation. ``replay``: the restore is the non-finite step search's
+    rewind (logged as such, not as a resume).
+
+    Raises:
+      ConfigError: the newest readable checkpoint does not fit this config (another
+        model or optimiser: missing or extra variables, other shapes); or checkpoints
+        exist but none is readable (the unreadable ones were set aside, so a rerun starts
+        over).
     """
-    latest = tf.train.latest_checkpoint(os.path.join(self.workdir, "checkpoints"))
-    if latest:
-      changed = config_changes(self.workdir, self.config)
-      try:
-        self.checkpoint.restore(latest).assert_existing_objects_matched()
-      except (ValueError, AssertionError, tf.errors.OpError) as e:
-        from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+    folder = checkpoints.checkpoint_dir(self.workdir)
+    self.restored_from = None
+    candidates = checkpoints.restore_candidates(folder) if tf.io.gfile.isdir(folder) else []
+    if self.is_chief:  # Partial saves of a run that died while saving (we hold the lock).
+      for partial in tf.io.gfile.glob(os.path.join(folder, "ckpt-*_temp")):
+        tf.io.gfile.rmtree(partial)
+    skipped = []
+    for path, problem in candidates:
+      problem = problem or checkpoints.unreadable(path)
+      if problem is None:
+        try:
+          self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.OpError) as e:
+          changed = config_changes(self.workdir, self.config)
+          raise config_lib.ConfigError(
+              f"The checkpoint {path} does not fit this config: the run that wrote it had "
+              f"a different config (changed here: {', '.join(changed) or 'unknown'}). Rerun "
+              f"with that run's config (saved in {os.path.join(self.workdir, 'config.json')}"
+              f"), or train in a new --workdir. [{type(e).__name__}: {_first_line(e)}]"
+          ) from e
+        self.restored_from = path
+        break
+      where = ""
+      if self.is_chief and problem != "missing":
+        where = f"; moved to {checkpoints.set_aside(path)}"
+      logging.warning("Checkpoint %s is %s%s; trying the one before it.", path, problem,
+                      where)
+      skipped.append(path)
+    if skipped and self.is_chief:  # The state file lists only what can be resumed.
+      kept = [p for p, _ in reversed(candidates) if p not in skipped]
+      checkpoints.write_state(folder, kept)
+      self.manager = self._make_manager()
+    if self.restored_from is None:
+      if skipped:
         raise config_lib.ConfigError(
-            f"The checkpoint {latest} does not fit this config: the run that wrote it had a "
-            f"different config (changed here: {', '.join(changed) or 'unknown'}). Rerun with "
-            f"that run's config (saved in {os.path.join(self.workdir, 'config.json')}), or "
-            f"train in a new --workdir. [{type(e).__name__}: {str(e)[:200]}]") from e
-      if changed and not replay:
-        logging.warning("Resuming with a config that differs from the run that wrote the "
-                        "checkpoint in: %s. The new values apply from step %d on.",
-                        ", ".join(changed), self.current_step())
-      # A constant learning rate is a checkpointed variable; the config of the resumed
-      # run wins (schedules are recomputed from the restored iteration count anyway).
-      optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
-      if not isinstance(optimizer._learning_rate,  # pylint: disable=protected-access
-                        keras.optimizers.schedules.LearningRateSchedule):
-        optimizer.learning_rate = self.config.optim.lr
-      logging.info("Rewound to %s (step %d) to replay the steps after it." if replay else
-                   "Resumed from %s at step %d.", latest, self.current_step())
+            f"No checkpoint in {folder} can be read ({', '.join(skipped)}: missing or "
+            f"unreadable; unreadable ones were moved to {folder}/"
+            f"{checkpoints.UNREADABLE_DIR}). Rerunning the same command starts over from "
+            "step 0; to keep this workdir as it is, train in a new --workdir.")
+      return 0
+    changed = config_changes(self.workdir, self.config)
+    if changed and not replay:
+      logging.warning("Resuming with a config that differs from the run that wrote the "
+                      "checkpoint in: %s. The new values apply from step %d on.",
+                      ", ".join(changed), self.current_step())
+    # A constant learning rate is a checkpointed variable; the config of the resumed
+    # run wins (schedules are recomputed from the restored iteration count anyway).
+    optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # Loss scaling.
+    if isinstance(optimizer.learning_rate, (keras.Variable, tf.Variable)):  # not a schedule
+      optimizer.learning_rate = self.config.optim.lr
+    if skipped and not replay:
+      logging.warning("Resuming from %s, the newest readable checkpoint, at step %d (not "
+                      "from %s).", self.restored_from, self.current_step(), skipped[0])
+    logging.info("Rewound to %s (step %d) to replay the steps after it." if replay else
+                 "Resumed from %s at step %d.", self.restored_from, self.current_step())
     return self.current_step()
 
   def current_step(self) -> int:
@@ -297,8 +431,15 @@ class Trainer:
 
   def train_chunk(self, iterator, num_steps: int):
     """Runs ``num_steps`` steps; returns (metric means, first bad step or -1)."""
+    totals, first_bad = self.train_chunk_sums(iterator, num_steps)
+    return objectives.finalize(totals), first_bad
+
+  def train_chunk_sums(self, iterator, num_steps: int):
+    """Runs ``num_steps`` steps; returns (``{metric: (sum, count)}`` floats, first bad
+    step or -1): sums of several chunks add up to the sums over all their steps."""
     totals, first_bad = self._train_steps(iterator, tf.constant(num_steps, tf.int64))
-    return objectives.finalize(totals), int(first_bad)
+    totals = {k: (float(s), float(c)) for k, (s, c) in totals.items()}
+    return totals, int(first_bad)
 
   def learning_rate(self) -> float:
     # Through a tensor: float() of a constant rate's MirroredVariable raises.
@@ -325,6 +466,13 @@ def config_changes(workdir: str, config) -> list:
           if json.dumps(saved.get(k)) != json.dumps(now.get(k))]
 
 
+def _first_line(error: BaseException, limit: int = 300) -> str:
+  """The first line of an error's message (TensorFlow's carry a long node trace after it)."""
+  text = str(getattr(error, "message", "") or error).strip()
+  line = next((l.strip() for l in text.splitlines() if l.strip()), type(error).__name__)
+  return line if len(line) <= limit else line[:limit] + "..."
+
+
 def signal_name(signum: int) -> str:
   import signal  # pylint: disable=g-import-not-at-top
   try:
@@ -349,7 +497,9 @@ def _check_before_building(config) -> None:
   if omniglot:
     from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
     meta_tasks.omniglot_dir(config)
-  if config.hypernet.kind == "none":
+  plugins = config_lib.is_plugin_value("model.name", config.model.name) or \
+      config_lib.is_plugin_value("data.name", config.data.name)
+  if config.hypernet.kind == "none" and not plugins:  # (Plug-ins: checked here, unbuilt.)
     return
   if config.task in ("classification", "multitask_classification") or (
       config.task == "continual" and config.continual.method == "hnet"):
@@ -489,12 +639,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     WorkdirInUseError: another live job holds ``workdir``.
     NonFiniteLossError: the loss or gradients became NaN/inf (names the step and the
       first non-finite tensor).
-
-  On SIGTERM / SIGINT (``config.fault.handle_signals``) a checkpoint is saved and the
-  signal is re-delivered once the lock is released: SIGTERM ends the process, SIGINT
-  raises ``KeyboardInterrupt``. Rerunning the same command resumes.
+    Preempted: a ``SystemExit`` with status 143 (rerun the same command on every worker
+      to resume): SIGTERM reached this or another worker
+      (``config.fault.handle_signals``); every worker stopped at the same step and the
+      chief saved it. SIGINT on this worker raises ``KeyboardInterrupt`` instead. A
+      signal during the last chunk lets the run finish (and return).
+    PeerLost: a ``Preempted`` (status 143): another worker of a multi-worker run is
+      gone; the one-line message names it and the checkpoint the rerun resumes from.
+    WorkdirWriteError: a checkpoint or other file could not be written (disk full, no
+      permission); names the folder, the previous checkpoint is kept.
   """
   from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
   config_lib.validate(config)
   # First TensorFlow work: multi-worker and TPU strategies set up the runtime (cached, so
   # the Trainer gets the same one).
@@ -507,14 +663,69 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   with lock, catcher:
     try:
       result = _train_and_evaluate_locked(config, workdir, catcher)
-    except BaseException:
+    except BaseException as e:
       # A job that failed while building (checks that need the loaded data or the built
       # task, e.g. more ways than Omniglot has classes) leaves no workdir it created.
       lock.remove_if_unused()
+      _raise_one_line(e, config, workdir)
       raise
-  if catcher.received is not None:
-    catcher.exit_by_signal()
-  return result
+  if "stop_message" not in result:
+    return result
+  if catcher.received == signal.SIGINT:
+    catcher.exit_by_signal()  # KeyboardInterrupt (exit status 130 from the command line).
+  catcher.ignore_further_sigterm()
+  raise checkpoints.Preempted(result["stop_message"], result["step"], result["checkpoint"])
+
+
+# Errors of a collective whose peer is gone (closed socket, missed heartbeats, the
+# coordination service's leader unreachable).
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def _raise_one_line(error: BaseException, config, workdir: str) -> None:
+  """Turns a lost peer worker into :class:`PeerLost` and a failed file write into
+  :class:`WorkdirWriteError`, each with one line; returns for any other error."""
+  from hypernet.training import checkpoints  # pylint: disable=g-import-not-at-top
+  if isinstance(error, (checkpoints.Preempted, WorkdirWriteError)):
+    return
+  reason = _write_failure(error)
+  if reason is not None:
+    path = getattr(error, "filename", None) or str(error).split(";", 1)[0].strip()
+    folder = os.path.dirname(path) if path and os.path.isabs(path) else workdir
+    raise WorkdirWriteError(f"Cannot write to {folder}: {reason}. The previous checkpoint "
+                            f"is kept; free space or fix that folder's permissions, then "
+                            "rerun the same command to resume.") from None
+  if config.distribution != "multi_worker":
+    return
+  strategy = distribute.get_strategy(config)
+  cluster = distribute.cluster_tasks(strategy)
+  text = str(getattr(error, "message", "") or error)
+  if len(cluster) < 2 or not (isinstance(error, _PEER_ERRORS) or (
+      isinstance(error, tf.errors.OpError) and "Collective ops is aborted" in text)):
+    return
+  own = distribute.task_info(strategy)
+  named = [(kind, int(i)) for kind, i in re.findall(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)",
+                                                      text)]
+  others = [t for t in cluster if t[:2] != own]
+  lost = [t for t in others if t[:2] in named]
+  if not lost and "leader" in text:  # The coordination service runs on the first task.
+    lost = [cluster[0]] if cluster[0][:2] != own else []
+  if not lost and len(others) == 1:
+    lost = others
+  who = (", ".join(distribute.task_name(t) for t in lost) if lost
+         else "a peer worker (TensorFlow did not say which)")
+  cause = next((c for c in ("stopped sending heartbeats", "Socket closed",
+                            "Connection reset by peer", "Connection refused", "Deadline Exceeded",
+                            "preempted/died/restarted", "failed to connect") if c in text),
+               type(error).__name__)
+  latest = tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir))
+  resume = (f"it resumes from {latest} (step {latest.rsplit('-', 1)[-1]})" if latest
+            else "it starts over from step 0 (no checkpoint yet)")
+  message = (f"Lost {who} ({cause}); this {own[0]} {own[1]} stops too. Rerun the same "
+             f"command on every worker: {resume}.")
+  logging.error("%s", message)
+  raise checkpoints.PeerLost(message, checkpoint=latest) from None
 
 
 def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float]:
@@ -541,10 +752,13 @@ def train_tags(metrics: Dict[str, float]) -> Dict[str, float]:
 
 
 def console_interval(config) -> int:
-  """Steps between progress lines on the console: about ten lines a run (at most), a
-  multiple of ``config.log_every`` (TensorBoard still gets a point every ``log_every``
-  steps) and, when evaluations are more frequent than that, of ``config.eval_every``, so
-  that every line shows the evaluation of its step."""
+  """Steps between progress lines on the console: ``config.console_every``, or when it is
+  0 about ten lines a run (at most), a multiple of ``config.log_every`` (TensorBoard
+  still gets a point every ``log_every`` steps) and, when evaluations are more frequent
+  than that, of ``config.eval_every``, so that every line shows the evaluation of its
+  step."""
+  if config.get("console_every"):
+    return int(config.console_every)
   unit = config.log_every
   if 0 < config.eval_every <= config.num_steps / 10:
     unit = math.lcm(unit, config.eval_every)
@@ -557,8 +771,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   t0 = time.time()
   is_chief = trainer.is_chief
   writer = summaries.Writer(workdir, enabled=is_chief)
-  resumed = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")) is not None
   start = trainer.restore()
+  resumed = trainer.restored_from is not None
   total = config.num_steps
   if start >= total:
     saved = finished_result(workdir, start)
@@ -578,7 +792,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       writer.hparams(config, trainer.metric_names,
                      {f"params.{k}": v for k, v in counts.items()})
     # A step-0 checkpoint: a non-finite step before the first save can then be replayed.
-    trainer.manager.save(checkpoint_number=0)
+    trainer.save(0)
   writer.flush()
   logging.info("Parameters: %s", ", ".join(
       f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v:,}" for k, v in counts.items()))
@@ -621,8 +835,13 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   console_every = console_interval(config)
   console_t, console_step = last_t, step
   skipped: List[int] = []
+  saved_step = start  # Restored, or the step-0 save: the same on every worker.
+  pending: Dict[str, Tuple[float, float]] = {}  # Metric sums since the last log point.
+  stop_signals: List[int] = []
   while step < total:
-    if signals.received is not None:
+    # Every worker stops at the same chunk boundary when any of them got a signal.
+    stop_signals = trainer.agree_stop(signals.received)
+    if any(stop_signals):
       break
     profiler.update(step)
     stop = min([_next_event(step, every, total) for every in (
@@ -630,7 +849,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
         getattr(trainer.task, "event_every", 0))]
                + [b for b in profiler.boundaries() if b > step]
                + ([step + 1] if steady_t is None else []))
-    metrics, first_bad = trainer.train_chunk(iterator, stop - step)
+    sums, first_bad = trainer.train_chunk_sums(iterator, stop - step)
     if first_bad >= 0:
       while True:  # Back to the parameters before the bad step.
         replayed_bad = _replay_to(trainer, first_bad - 1)
@@ -645,9 +864,10 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
                         len(skipped))
         writer.scalars(first_bad, {"skipped_steps": len(skipped)}, "train")
         trainer.step.assign(first_bad)
-        trainer.manager.save(checkpoint_number=first_bad)
+        trainer.save(first_bad)
         iterator = trainer.train_iterator(first_bad)
-        step = last_step = first_bad
+        step = last_step = saved_step = first_bad
+        pending = {}
         last_t = time.time()
         continue
       profiler.close()
@@ -662,6 +882,10 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
           "steps.")
     trainer.step.assign(stop)
     step = stop
+    # A log point averages every step since the previous one (the one-step first chunk
+    # of a process included).
+    pending = {k: (pending.get(k, (0.0, 0.0))[0] + v[0], pending.get(k, (0.0, 0.0))[1] + v[1])
+               for k, v in sums.items()}
     now = time.time()
     if steady_t is None:  # The first chunk (one step) traced the step: not timed.
       steady_t, steady_step = now, step
@@ -671,6 +895,8 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     logged = step % config.log_every == 0 or step == total
     if logged:
       rate = (step - last_step) / max(now - last_t, 1e-9) if step > last_step else 0.0
+      metrics = objectives.finalize(pending)
+      pending = {}
       metrics.update(learning_rate=trainer.learning_rate(), steps_per_sec=rate,
                      examples_per_sec=rate * config.batch_size)
       writer.scalars(step, train_tags(metrics), "train")
@@ -700,18 +926,26 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     if hasattr(trainer.task, "on_event"):  # Task events (continual: end of a task).
       trainer.task.on_event(trainer, step, writer)
     if step % config.checkpoint_every == 0 or step == total:
-      trainer.manager.save(checkpoint_number=step)
+      trainer.save(step)
+      saved_step = step
   profiler.update(step)
   profiler.close()
-  if signals.received is not None and step < total:  # (At the end: finish, then exit.)
-    if trainer.manager.latest_checkpoint != os.path.join(
-        trainer.manager.directory, f"ckpt-{step}"):
-      trainer.manager.save(checkpoint_number=step)
+  if any(stop_signals) and step < total:  # (A signal in the last chunk: the run finishes.)
+    if saved_step != step:
+      trainer.save(step)
     writer.flush()
-    logging.warning("Stopped by %s at step %d; saved checkpoint %s. Rerun the same command "
-                    "to resume.", signal_name(signals.received), step,
-                    trainer.manager.latest_checkpoint)
-    return {"step": step, "interrupted_by_signal": signals.received}
+    path = os.path.join(workdir, "checkpoints", f"ckpt-{step}")  # The chief's.
+    signum = signals.received or next(s for s in stop_signals if s)
+    who = ""
+    if trainer.multi_worker:
+      senders = [distribute.task_name(t) for t, s in zip(trainer.cluster, stop_signals) if s]
+      who = f" (sent to {', '.join(senders)})"
+    every = " on every worker" if trainer.multi_worker else ""
+    message = (f"Stopped by {signal_name(signum)}{who} at step {step}; saved checkpoint "
+               f"{path}. Rerun the same command{every} to resume.")
+    logging.warning("%s", message)
+    return {"step": step, "interrupted_by_signal": signum, "stop_message": message,
+            "checkpoint": path}
   if not eval_metrics:  # A finished run without saved metrics: evaluate the restored one.
     eval_metrics = trainer.evaluate()
   result = dict(eval_metrics)

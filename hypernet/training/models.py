@@ -128,11 +128,97 @@ def make_mobilenet_v2(input_shape: Tuple[int, int, int], num_classes: int, *,
   return keras.Model(inputs, outputs, name=name)
 
 
+APPLICATIONS_PREFIX = "keras.applications."
+
+
+def make_application(name: str, input_shape: Tuple[int, int, int], num_classes: int, *,
+                     image_size: int = 32) -> keras.Model:
+  """A ``keras.applications`` model by name, untrained, as a target (logits out).
+
+  ``input [H, W, C] -> Resizing(image_size) -> <Application>(include_top=True,
+  weights=None, classes=num_classes, classifier_activation=None)``: a Functional model
+  with the application nested inside it (weight paths are its layer names:
+  ``"conv1_conv/kernel"``, ``"predictions/kernel"`` for ResNet50).
+
+  Args:
+    name: ``"keras.applications.ResNet50"`` (any application constructor taking
+      ``input_shape``, ``weights``, ``classes``, ``classifier_activation``).
+    input_shape: ``(H, W, C)`` of one image.
+    num_classes: output width; outputs are float32 logits ``[B, num_classes]``.
+    image_size: images are resized to this side (``config.model.image_size``; most
+      applications need at least 32).
+
+  Raises:
+    ValueError: ``config.model.name`` names no application (one line, with the fix), or
+      the application refuses the shape (its message, naming the field).
+  """
+  attr = name[len(APPLICATIONS_PREFIX):]
+  constructor = getattr(keras.applications, attr, None)
+  if not attr or not callable(constructor) or isinstance(constructor, type(keras)):
+    raise ValueError(f"config.model.name={name!r}: keras.applications has no model "
+                     f"{attr!r}; e.g. 'keras.applications.ResNet50', "
+                     "'keras.applications.MobileNetV2'.")
+  shape = (int(image_size), int(image_size), int(input_shape[2]))
+  try:
+    body = constructor(input_shape=shape, weights=None, classes=int(num_classes),
+                       classifier_activation=None)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"config.model.name={name!r} with input {shape} (config.model."
+                     f"image_size={image_size}): {str(e).splitlines()[0]}") from e
+  inputs = keras.Input(tuple(input_shape))
+  h = inputs
+  if tuple(input_shape[:2]) != shape[:2]:
+    h = keras.layers.Resizing(shape[0], shape[1], name="resize")(h)
+  return keras.Model(inputs, body(h), name=f"{attr.lower()}_target")
+
+
+def make_factory_model(name: str, input_shape: Tuple[int, int, int],
+                       num_classes: int) -> keras.Model:
+  """Calls the user factory ``"package.module:function"`` and checks what it returns.
+
+  The factory is called as ``function(input_shape, num_classes)`` (``input_shape`` a
+  tuple ``(H, W, C)``) and must return a *built* ``keras.Model`` mapping
+  ``[B, H, W, C]`` to ``[B, num_classes]`` logits.
+
+  Raises:
+    ValueError (PluginError): an import that fails, a return value that is not a built
+      Keras model, or one with another input / output shape: one line naming
+      ``config.model.name`` and what was expected.
+  """
+  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
+  factory = plugins.load_object(name, "config.model.name")
+  model = factory(tuple(int(d) for d in input_shape), int(num_classes))
+  field = f"config.model.name={name!r}"
+  if not isinstance(model, keras.Model):
+    raise plugins.PluginError(f"{field} returned a {type(model).__name__}; the factory must "
+                              "return a built keras.Model (construct it with keras.Input).")
+  if not model.built or not model.variables:
+    raise plugins.PluginError(f"{field} returned an unbuilt model {model.name!r}; build it "
+                              "(keras.Input(...) or call it once) so its weights have shapes.")
+  try:
+    out = model(keras.ops.zeros((2,) + tuple(input_shape)), training=False)
+    out = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+  except Exception as e:  # pylint: disable=broad-except
+    raise plugins.PluginError(f"{field}: the model does not take images of shape "
+                              f"{tuple(input_shape)} ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}).") from e
+  if not isinstance(out, tuple) or out[1:] != (int(num_classes),):
+    raise plugins.PluginError(f"{field}: the model maps [2, *{tuple(input_shape)}] to {out}; "
+                              f"expected one output [B, {num_classes}] (logits, one per "
+                              "class).")
+  return model
+
+
 def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> keras.Model:
   """Builds the target network named by ``config.name`` (``config`` = ``config.model``).
 
+  Names: ``"cnn"``, ``"mobilenet_v2"``, ``"keras.applications.<Model>"`` (any
+  application, :func:`make_application`) or a user factory ``"package.module:function"``
+  (:func:`make_factory_model`).
+
   Raises:
-    ValueError: for an unknown ``config.model.name``, listing the known names.
+    ValueError: for an unknown ``config.model.name``, listing the known names, or a
+      plug-in's errors (one line naming the field).
   """
   if config.name == "cnn":
     return make_cnn(input_shape, num_classes, conv_widths=tuple(config.conv_widths),
@@ -142,5 +228,11 @@ def make_target(config, input_shape: Tuple[int, int, int], num_classes: int) -> 
   if config.name == "mobilenet_v2":
     return make_mobilenet_v2(input_shape, num_classes, alpha=config.alpha,
                              image_size=config.image_size, bn_momentum=config.bn_momentum)
+  if str(config.name).startswith(APPLICATIONS_PREFIX):
+    return make_application(config.name, input_shape, num_classes,
+                            image_size=config.image_size)
+  if ":" in str(config.name):
+    return make_factory_model(config.name, input_shape, num_classes)
   raise ValueError(f"config.model.name={config.name!r} is not a known target network; "
-                   "known: ['cnn', 'mobilenet_v2'].")
+                   "known: ['cnn', 'mobilenet_v2', 'keras.applications.<Model>', "
+                   "'package.module:factory'].")

@@ -222,8 +222,37 @@ def add_regularization(loss, losses, sums):
   return loss + tf.cast(tf.nn.scale_regularization_loss(penalty), loss.dtype)
 
 
+# The task interface a plug-in task (config.task = "package.module:Class") implements.
+TASK_INTERFACE = ("trainable_variables", "trackables", "train_dataset", "eval_dataset",
+                  "eval_sums", "apply_state")
+
+
+def build_plugin_task(config):
+  """``config.task = "package.module:Class"``: ``Class(config)``, checked against the task
+  interface (module doc: ``train_loss`` or ``train_gradients``, and
+  :data:`TASK_INTERFACE`).
+
+  Raises:
+    ValueError (PluginError): the import fails, or the object lacks part of the interface
+      (lists what is missing), naming ``config.task``.
+  """
+  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
+  cls = plugins.load_object(config.task, "config.task")
+  task = cls(config)
+  missing = [name for name in TASK_INTERFACE if not hasattr(task, name)]
+  if not (hasattr(task, "train_loss") or hasattr(task, "train_gradients")):
+    missing.append("train_loss (or train_gradients)")
+  if missing:
+    raise plugins.PluginError(
+        f"config.task={config.task!r}: {type(task).__name__} lacks {missing} of the task "
+        "interface (hypernet/training/tasks.py; docs/keras.md, 'Plug-ins').")
+  return task
+
+
 def build_task(config):
   """Builds the task named by ``config.task`` (call inside the strategy scope).
+
+  A ``"package.module:Class"`` task is the user's (:func:`build_plugin_task`).
 
   Raises:
     ValueError: an unknown ``config.task`` (lists the known ones).
@@ -235,8 +264,11 @@ def build_task(config):
   if config.task == "continual":
     from hypernet.training import continual_tasks  # pylint: disable=g-import-not-at-top
     return continual_tasks.ContinualTask(config)
+  if ":" in str(config.task):
+    return build_plugin_task(config)
   from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
   if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
     return meta_tasks.MetaLearningTask(config)
   raise ValueError(f"config.task={config.task!r} is unknown; known: "
-                   f"{['classification', 'multitask_classification', 'continual'] + list(meta_tasks.TASKS)}.")
+                   f"{['classification', 'multitask_classification', 'continual'] + list(meta_tasks.TASKS)}"
+                   " or 'package.module:Class'.")

@@ -1,0 +1,54 @@
+"""User code named in a config: ``"package.module:attribute"`` plug-ins.
+
+``config.model.name``, ``config.data.name`` and ``config.task`` may name a function or
+class of the user's own module instead of a built-in (``"my_lab.nets:make_resnet"``);
+the module is imported from ``sys.path`` (the working directory, ``PYTHONPATH``, an
+installed package). What is wrong with it is one line naming the config field.
+"""
+from __future__ import annotations
+
+import importlib
+
+
+class PluginError(ValueError):
+  """A plug-in named in the config cannot be imported or returns the wrong thing."""
+
+
+def is_plugin(name) -> bool:
+  """Whether a config value names user code: ``"package.module:attribute"``."""
+  return isinstance(name, str) and ":" in name and not name.startswith("tfds:")
+
+
+def load_object(spec: str, field: str):
+  """Imports ``"package.module:attribute"`` (the attribute may be dotted: ``"m:Cls.make"``).
+
+  Args:
+    spec: the config value.
+    field: the config field that holds it, for messages (``"config.model.name"``).
+
+  Returns:
+    The attribute (a function or class).
+
+  Raises:
+    PluginError (a ValueError): a malformed spec, a module that fails to import (with its
+      own error), or a missing attribute; each one line naming ``field``.
+  """
+  module_name, _, attribute = str(spec).partition(":")
+  if not module_name or not attribute:
+    raise PluginError(f"{field}={spec!r}: write a plug-in as 'package.module:attribute', e.g. "
+                      "'my_models:make_model'.")
+  try:
+    module = importlib.import_module(module_name)
+  except Exception as e:  # pylint: disable=broad-except
+    raise PluginError(f"{field}={spec!r}: cannot import module {module_name!r} "
+                      f"({type(e).__name__}: {e}); put it on PYTHONPATH or install it.") from e
+  value = module
+  for part in attribute.split("."):
+    if not hasattr(value, part):
+      raise PluginError(f"{field}={spec!r}: module {module_name!r} has no attribute "
+                        f"{attribute!r}.")
+    value = getattr(value, part)
+  if not callable(value):
+    raise PluginError(f"{field}={spec!r}: {attribute!r} is a {type(value).__name__}, not a "
+                      "function or class.")
+  return value

@@ -1,0 +1,579 @@
+"""Every private TensorFlow / Keras hook hypernet still relies on, in one place.
+
+hypernet prefers public APIs. Where none gives what the functional call needs (exact
+second-order moments, fused kernels, plain bias additions, a few graph facts), the
+private name is reached through this module only, and each hook **checks itself at its
+first use** with a canary that computes a known value. On a failed canary the hook falls
+back to exact public code (with one warning saying why) or raises one clear line; a hook
+never stays in place computing something else. ``ARCHITECTURE.md`` ("Private
+dependencies") lists each hook, why it stays, and its canary.
+
+The canaries run once per process, each in a short-lived thread of its own: eager, with
+no tape, trace, ``tf.distribute`` strategy, Keras stateless scope or dtype policy of the
+caller around them, whatever the first use is inside. :func:`canary_report` returns their
+outcomes.
+
+Also here: the per-thread switches on Keras methods (:class:`Switch`,
+:func:`install_dispatcher`) through which :mod:`.second_order`, :mod:`.fused_norm`,
+:mod:`.plain_bias` and :mod:`.norm_relu_pool` change what a Keras layer computes inside
+hypernet's calls. A switch counts only where it was entered: eagerly, or in the
+``tf.function`` being traced (the outermost one; control flow and functions traced inside
+it included). So a trace depends on the switches its own code enters and on nothing
+around the call: ``tf.function`` reuses traces whatever the switches around its calls,
+and with this rule a trace made under one switch state is never reused under another.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+import sys
+import threading
+from typing import Callable, Dict, Iterator, Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+
+class UnsupportedVersionError(RuntimeError):
+  """A private hook hypernet needs is missing or no longer computes what it must."""
+
+
+# ---------------------------------------------------------------------------------------
+# Canaries: each runs once per process, in a thread of its own.
+# ---------------------------------------------------------------------------------------
+
+_canary_lock = threading.Lock()
+_canary_results: Dict[str, Optional[str]] = {}  # name -> None (passed) or the reason
+_canary_threads = set()  # idents of threads running a canary (they skip the others)
+_warned = set()
+
+
+def warn_once(key: str, message: str, *args) -> None:
+  """Logs ``message % args`` as a warning the first time ``key`` is seen."""
+  if key not in _warned:
+    _warned.add(key)
+    logging.warning("hypernet: " + message, *args)
+
+
+def run_canary(name: str, check: Callable[[], Optional[str]]) -> Optional[str]:
+  """Runs ``check()`` once per process in a fresh thread; returns ``None`` if it passed,
+  else the reason (a string). ``check`` returns ``None`` or a reason, or raises (the
+  exception's first line is the reason). Inside a canary's own thread every canary
+  counts as passed (a canary uses the hooks it checks)."""
+  if name in _canary_results:  # the fast path: a dict read
+    return _canary_results[name]
+  if threading.get_ident() in _canary_threads:
+    return None
+  with _canary_lock:
+    if name in _canary_results:
+      return _canary_results[name]
+    outcome = []
+
+    def target():
+      _canary_threads.add(threading.get_ident())
+      try:
+        outcome.append(check())
+      except Exception as e:  # pylint: disable=broad-except
+        text = str(e).strip().splitlines()
+        outcome.append(f"{type(e).__name__}: {text[0] if text else ''}")
+      finally:
+        _canary_threads.discard(threading.get_ident())
+
+    thread = threading.Thread(target=target, name=f"hypernet-canary-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    _canary_results[name] = outcome[0] if outcome else "the canary thread died"
+    return _canary_results[name]
+
+
+def canary_report() -> Dict[str, Optional[str]]:
+  """``{canary name: None if it passed, else why not}`` for the canaries run so far."""
+  with _canary_lock:
+    return dict(_canary_results)
+
+
+def reset_canary(name: str) -> None:
+  """Forgets a canary's outcome, so that the next use runs it again (for tests)."""
+  with _canary_lock:
+    _canary_results.pop(name, None)
+
+
+# ---------------------------------------------------------------------------------------
+# Keras' backend modules, across Keras' layouts.
+# ---------------------------------------------------------------------------------------
+
+# Where Keras keeps its TensorFlow backend modules: since 3.16 under ``ops``.
+_BACKEND_PATHS = ("keras.src.backend.{}", "keras.src.backend.tensorflow.ops.{}",
+                  "keras.src.backend.tensorflow.{}")
+
+
+def keras_backend(name: str, function: str):
+  """Keras' TensorFlow backend module ``name`` (``"nn"``, ``"numpy"``) as ``keras.ops``
+  reaches it (``keras.src.backend.<name>``), else as Keras >= 3.16 (``...tensorflow.ops``)
+  or <= 3.15 (``...tensorflow``) lays it out; it must have ``function``.
+
+  Raises:
+    UnsupportedVersionError: no layout has it (one line, with the Keras version).
+  """
+  if keras.backend.backend() != "tensorflow":
+    raise UnsupportedVersionError(
+        f"hypernet needs Keras' TensorFlow backend; KERAS_BACKEND is "
+        f"{keras.backend.backend()!r}: set KERAS_BACKEND=tensorflow before importing keras.")
+  for pattern in _BACKEND_PATHS:
+    path = pattern.format(name)
+    head, _, attr = path.rpartition(".")
+    try:
+      module = getattr(importlib.import_module(head), attr, None)
+      if not inspect.ismodule(module):
+        module = importlib.import_module(path)
+    except ImportError:
+      continue
+    if callable(getattr(module, function, None)):
+      return module
+  raise UnsupportedVersionError(
+      f"Keras {keras.__version__} has no TensorFlow backend function {name}.{function} "
+      f"(looked in {', '.join(p.format(name) for p in _BACKEND_PATHS)}); install a Keras "
+      "version hypernet supports (README, 'Supported versions').")
+
+
+def defining_module(fn):
+  """The module whose globals ``fn`` reads (where a function it calls by name can be
+  replaced)."""
+  module = sys.modules.get(getattr(fn, "__module__", None) or "")
+  namespace = getattr(fn, "__globals__", None)
+  if module is not None and (namespace is None or vars(module) is namespace):
+    return module
+  for candidate in list(sys.modules.values()):  # registered under another name
+    if candidate is not None and getattr(candidate, "__dict__", None) is namespace:
+      return candidate
+  raise UnsupportedVersionError(
+      f"Keras {keras.__version__}: cannot find the module of {fn!r}; install a Keras "
+      "version hypernet supports (README, 'Supported versions').")
+
+
+# ---------------------------------------------------------------------------------------
+# Per-thread switches on Keras methods.
+# ---------------------------------------------------------------------------------------
+
+def _graph_root_walk():
+  """The outermost ``tf.function`` graph being built (``None`` eagerly)."""
+  if tf.executing_eagerly():
+    return None
+  graph = tf.compat.v1.get_default_graph()
+  while True:
+    outer = getattr(graph, "outer_graph", None)  # FuncGraph: the graph it is built in
+    if outer is None or not hasattr(outer, "outer_graph"):
+      return graph
+    graph = outer
+
+
+def _trace_root_canary() -> Optional[str]:
+  seen = {}
+
+  @tf.function(autograph=False)
+  def inner(x):
+    seen["inner"] = _graph_root_walk()
+    return x + 1.0
+
+  @tf.function(autograph=False)
+  def outer(x):
+    seen["outer"] = _graph_root_walk()
+    branch = tf.cond(x > 0, lambda: seen.__setitem__("cond", _graph_root_walk()) or x,
+                     lambda: x)
+    return inner(branch)
+
+  @tf.function(autograph=False)
+  def other(x):
+    seen["other"] = _graph_root_walk()
+    return x
+
+  outer(tf.constant(1.0))
+  other(tf.constant(1.0))
+  if _graph_root_walk() is not None:
+    return "an eager context is reported as a trace"
+  if not (seen["outer"] is seen["cond"] is seen["inner"]):
+    return "a tf.cond branch or a nested tf.function is not traced inside its caller's graph"
+  if seen["other"] is seen["outer"]:
+    return "two tf.functions report the same graph"
+  return None
+
+
+def trace_root():
+  """The graph a switch entry belongs to: ``None`` eagerly, else the outermost
+  ``tf.function`` graph being built (its ``tf.cond`` / ``tf.while_loop`` bodies and the
+  functions traced inside it belong to it too).
+
+  Private: ``FuncGraph.outer_graph``. Canary: eagerly ``None``; a ``tf.cond`` branch and
+  a nested ``tf.function`` inside a traced function report its graph; another function
+  another graph. On failure: one shared root for everything (switches entered outside a
+  trace reach into it, and a trace then depends on them: a warning says so).
+  """
+  if run_canary("trace_root", _trace_root_canary) is not None:
+    warn_once("trace_root", "switches cannot tell traces apart on TensorFlow %s (%s); a "
+              "tf.function traced inside a switch keeps its state.", tf.__version__,
+              _canary_results["trace_root"])
+    return None
+  return _graph_root_walk()
+
+
+class Switch:
+  """A per-thread, re-entrant on/off switch that counts only where it is entered.
+
+  ``with switch():`` adds one to this thread's count for the current :func:`trace_root`
+  (eager code, or the ``tf.function`` being traced); :meth:`on` is true while that count
+  is positive. An entry made eagerly around a call of a ``tf.function`` does not reach
+  the function's trace (tracing warns once if it would have): enter the switch inside
+  the traced function.
+  """
+
+  def __init__(self, name: str, eager_reaches_traces: bool = False):
+    """``eager_reaches_traces``: entries made eagerly count inside traces too, for a
+    switch whose "on" is right in every trace (exact moments: the same values and first
+    derivatives, exact second ones), so that a trace made under it is never wrong."""
+    self.name = name
+    self.eager_reaches_traces = eager_reaches_traces
+    self._local = threading.local()
+
+  def _counts(self) -> Dict[int, int]:
+    counts = getattr(self._local, "counts", None)
+    if counts is None:
+      counts = self._local.counts = {}
+    return counts
+
+  @contextlib.contextmanager
+  def __call__(self) -> Iterator[None]:
+    key = id(trace_root())
+    counts = self._counts()
+    counts[key] = counts.get(key, 0) + 1
+    try:
+      yield
+    finally:
+      counts[key] -= 1
+      if not counts[key]:
+        del counts[key]
+
+  def count(self) -> int:
+    """This thread's entries in the current trace (or eagerly)."""
+    counts = self._counts()
+    if not counts:
+      return 0
+    root = trace_root()
+    here = counts.get(id(root), 0)
+    if root is not None and self.eager_reaches_traces:
+      return here + counts.get(id(None), 0)
+    if not here and root is not None and counts.get(id(None), 0):
+      warn_once(f"switch:{self.name}", "%s was entered outside the tf.function being "
+                "traced, so it does not apply inside it (a trace is reused whatever the "
+                "switches around its call): enter it inside the traced function.",
+                self.name)
+    return here
+
+  def count_all(self) -> int:
+    """This thread's entries, wherever they were made."""
+    return sum(self._counts().values())
+
+  def on(self) -> bool:
+    """Whether the switch is on in this thread, here (eagerly or in this trace)."""
+    return self.count() > 0
+
+
+_install_lock = threading.Lock()
+_installed: Dict[tuple, Callable] = {}  # (id(owner), name) -> the original
+
+
+def install_dispatcher(owner, name: str, dispatcher: Callable,
+                       parameters: Optional[Sequence[str]] = None) -> Callable:
+  """Puts ``dispatcher`` in place of ``owner.<name>`` (a Keras class's method or backend
+  function) once per process, thread-safely, and returns what was there before (the
+  original, which the dispatcher calls when its switch is off).
+
+  Installed once: when another library wraps the same attribute later, its wrapper
+  calls this dispatcher, which calls the original saved here, and nothing is wrapped
+  twice (no recursion). When someone puts the saved original back, the dispatcher is put
+  in place again.
+
+  Args:
+    owner: the class or module.
+    name: the attribute.
+    dispatcher: the replacement, with the original's signature.
+    parameters: the original's parameter names, checked before installing.
+
+  Raises:
+    UnsupportedVersionError: ``owner`` has no ``name``, or its parameters differ from
+      ``parameters`` (the Keras method changed: the dispatcher would mis-call it).
+  """
+  with _install_lock:
+    key = (id(owner), name)
+    current = getattr(owner, name, None)
+    if key in _installed:
+      original = _installed[key]
+      if current is original:  # put back (e.g. by a test's monkeypatch): reinstall
+        setattr(owner, name, dispatcher)
+      return original
+    where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__name__', owner)}.{name}"
+    if current is None:
+      raise UnsupportedVersionError(
+          f"Keras {keras.__version__} has no {where}, which hypernet replaces inside its "
+          "calls; install a Keras version hypernet supports (README, 'Supported versions').")
+    if parameters is not None:
+      found = inspect.signature(current).parameters.values()
+      got = [p.name for p in found]
+      variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in found)
+      if got != list(parameters) and not variadic:  # (a wrapper's *args: cannot tell)
+        raise UnsupportedVersionError(
+            f"Keras {keras.__version__}'s {where} takes ({', '.join(got)}), not "
+            f"({', '.join(parameters)}) as hypernet expects; install a Keras version "
+            "hypernet supports (README, 'Supported versions').")
+    dispatcher.original = current
+    setattr(owner, name, dispatcher)
+    _installed[key] = current
+    return current
+
+
+# ---------------------------------------------------------------------------------------
+# TensorFlow's tape queries.
+# ---------------------------------------------------------------------------------------
+
+def _tape_query():
+  try:
+    from tensorflow.python import pywrap_tfe  # pylint: disable=g-import-not-at-top
+    return pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes
+  except (ImportError, AttributeError):
+    return None
+
+
+def _tape_query_canary() -> Optional[str]:
+  query = _tape_query()
+  if query is None:
+    return "tensorflow.python.pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes is missing"
+  x = tf.constant(1.0)
+  with tf.GradientTape() as t1:
+    t1.watch(x)
+    one = query([x])
+    with tf.GradientTape() as t2:
+      t2.watch(x)
+      two = query([x])
+  zero = query([x])
+  if (zero, one, two) != (0, 1, 2):
+    return f"no tape / one tape / nested tapes give {zero}/{one}/{two}, not 0/1/2"
+  return None
+
+
+def possible_gradient_types() -> Optional[Callable]:
+  """TensorFlow's ``TFE_Py_TapeSetPossibleGradientTypes`` (0: no tape records the
+  tensors, 1: first order only, 2: higher order possible), or ``None`` when it is
+  missing or its canary fails (no tape / one / nested: 0 / 1 / 2): then the caller must
+  assume higher order (exact moments always)."""
+  reason = run_canary("tape_query", _tape_query_canary)
+  if reason is not None:
+    warn_once("tape_query", "cannot ask TensorFlow %s how often a tape may differentiate "
+              "(%s); normalisation moments stay exact everywhere (slower first-order "
+              "steps, same values).", tf.__version__, reason)
+    return None
+  return _tape_query()
+
+
+def _record_query():
+  try:
+    from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top
+    return record.should_record_backprop
+  except (ImportError, AttributeError):
+    return None
+
+
+def _record_query_canary() -> Optional[str]:
+  query = _record_query()
+  if query is None:
+    return "tensorflow.python.eager.record.should_record_backprop is missing"
+  x = tf.constant(1.0)
+  before = bool(query([x]))
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    inside = bool(query([x]))
+  if (before, inside) != (False, True):
+    return f"outside / inside a tape give {before}/{inside}, not False/True"
+  return None
+
+
+def should_record_backprop() -> Optional[Callable]:
+  """TensorFlow's ``record.should_record_backprop`` (whether an active tape records
+  operations on the given tensors), or ``None`` when missing or its canary fails
+  (outside / inside a tape: False / True): a warning then says what goes unchecked."""
+  reason = run_canary("record_query", _record_query_canary)
+  if reason is not None:
+    warn_once("record_query", "cannot ask TensorFlow %s whether a tape records a tensor "
+              "(%s): second-order learners cannot check that the outer tape sees their "
+              "inner gradients.", tf.__version__, reason)
+    return None
+  return _record_query()
+
+
+def pfor_module():
+  """``tensorflow.python.ops.parallel_for.pfor`` (the converters of
+  ``tf.vectorized_map``), or ``None`` when TensorFlow has none there."""
+  try:
+    from tensorflow.python.ops.parallel_for import pfor  # pylint: disable=g-import-not-at-top
+    return pfor
+  except ImportError:
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Keras layer internals.
+# ---------------------------------------------------------------------------------------
+
+def _public_sublayers(layer) -> list:
+  found = []
+  for value in vars(layer).values():
+    items = value if isinstance(value, (list, tuple)) else (
+        value.values() if isinstance(value, dict) else (value,))
+    for item in items:
+      if isinstance(item, keras.layers.Layer) and item is not layer and all(
+          item is not f for f in found):
+        found.append(item)
+  return found
+
+
+def _sublayers_canary() -> Optional[str]:
+  inner = keras.Sequential([keras.layers.Dense(2, name="d1")], name="inner")
+  x = keras.Input((3,))
+  model = keras.Model(x, keras.layers.Dense(1, name="d2")(inner(x)), name="outer")
+  names = [l.name for l in _flatten(model, getattr)]
+  for want in ("inner", "d1", "d2"):
+    if want not in names:
+      return f"Layer._layers misses {want!r} ({names})"
+  return None
+
+
+def _flatten(layer, get) -> list:
+  """Keras' ``_flatten_layers(include_self=True, recursive=True)`` order, over ``get``."""
+  layers, seen = [layer], set()
+  queue = list(get(layer, "_layers", None) or [])
+  while queue:
+    item = queue.pop(0)
+    if id(item) in seen:
+      continue
+    seen.add(id(item))
+    layers.append(item)
+    queue[:0] = list(reversed(get(item, "_layers", None) or []))
+  return layers
+
+
+def sublayers(layer) -> list:
+  """The layers ``layer`` tracks directly (its children), in Keras' order.
+
+  Private: ``Layer._layers``. Canary: a nested model's layers are all found. On failure:
+  the layers among the instance's attributes (lists, tuples, dicts of layers too).
+  """
+  if run_canary("sublayers", _sublayers_canary) is None:
+    return list(getattr(layer, "_layers", None) or [])
+  warn_once("sublayers", "Keras %s's layer tracking changed (%s); layers are found "
+            "among their parents' attributes.", keras.__version__,
+            _canary_results["sublayers"])
+  return _public_sublayers(layer)
+
+
+def flatten_layers(layer) -> list:
+  """``layer`` and every layer nested in it, each once (Keras' own traversal order)."""
+  return _flatten(layer, lambda l, _, __: sublayers(l))
+
+
+def _instance_call_canary() -> Optional[str]:
+  layer = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+  layer.build((1, 2))
+  original = layer.call
+  object.__setattr__(layer, "call", lambda *a, **k: original(*a, **k) + 10.0)
+  try:
+    got = float(layer(tf.ones([1, 2]))[0, 0])
+  finally:
+    object.__delattr__(layer, "call")
+  return None if got == 12.0 else f"an instance-level call gives {got}, not 12.0"
+
+
+def check_instance_call() -> None:
+  """Raises unless Keras honours an instance attribute ``call`` (how
+  ``override_layer_outputs`` wraps one layer of a model). Canary: a Dense layer whose
+  instance ``call`` adds 10 gives 12 on ``[1, 1]`` with unit weights.
+
+  Raises:
+    UnsupportedVersionError: Keras ignores it (overrides would silently do nothing).
+  """
+  reason = run_canary("instance_call", _instance_call_canary)
+  if reason is not None:
+    raise UnsupportedVersionError(
+        f"Keras {keras.__version__} ignores a layer's instance-level call ({reason}), so "
+        "overrides= cannot replace layer outputs; install a Keras version hypernet "
+        "supports (README, 'Supported versions').")
+
+
+def _optimizer_sum_canary() -> Optional[str]:
+  optimizer = keras.optimizers.SGD(0.1)
+  if not callable(getattr(type(optimizer), "_all_reduce_sum_gradients", None)):
+    return "keras optimizers have no _all_reduce_sum_gradients"
+  v = keras.Variable([1.0])
+  optimizer.build([v])
+  hits = []
+  original = optimizer._all_reduce_sum_gradients  # pylint: disable=protected-access
+
+  def counting(grads_and_vars):
+    hits.append(1)
+    return original(grads_and_vars)
+
+  optimizer._all_reduce_sum_gradients = counting  # pylint: disable=protected-access
+  optimizer.apply([tf.constant([1.0])], [v])
+  if not hits:
+    return "Optimizer.apply no longer sums gradients through _all_reduce_sum_gradients"
+  if abs(float(v.numpy()[0]) - 0.9) > 1e-6:
+    return f"SGD(0.1) on gradient 1 moved 1.0 to {float(v.numpy()[0])}, not 0.9"
+  return None
+
+
+def switch_off_optimizer_sum(optimizer) -> None:
+  """Makes ``optimizer.apply`` skip its own sum over replicas (the train step sums).
+
+  Private: ``Optimizer._all_reduce_sum_gradients``. Canary: ``SGD.apply`` calls it (and
+  moves a weight by ``lr * g``). On failure this raises: summing twice would scale the
+  gradient by the number of replicas without a word.
+
+  Raises:
+    UnsupportedVersionError: the method is missing or no longer where Keras sums.
+  """
+  reason = run_canary("optimizer_sum", _optimizer_sum_canary)
+  if reason is not None:
+    raise UnsupportedVersionError(
+        f"Keras {keras.__version__} sums gradients over replicas elsewhere ({reason}); "
+        "hypernet's train step sums them itself and would sum twice: install a Keras "
+        "version hypernet supports (README, 'Supported versions').")
+  optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+
+
+def _seed_state_canary() -> Optional[str]:
+  generator = keras.random.SeedGenerator(7)
+  state = generator.state
+  if not state.path.endswith("seed_generator_state") or tuple(state.shape) != (2,):
+    return f"a SeedGenerator's state is {state.path!r} of shape {tuple(state.shape)}"
+  before = state.numpy().tolist()
+  keras.random.uniform([2], seed=generator)
+  after = state.numpy().tolist()
+  if before[0] != after[0] or before[1] == after[1] or before[0] != 7:
+    return f"a draw takes the state from {before} to {after}, not [7, c] to [7, c']"
+  return None
+
+
+def check_seed_state() -> None:
+  """Raises unless Keras' seed generators keep their state as a variable named
+  ``seed_generator_state`` laid out ``[seed, counter]`` (how ``functional_call`` gives
+  each ``tf.distribute`` replica its own dropout stream). Canary: a ``SeedGenerator(7)``
+  has it, and a draw changes the counter only. Called inside multi-replica calls only.
+
+  Raises:
+    UnsupportedVersionError: otherwise (every replica would draw the same masks).
+  """
+  reason = run_canary("seed_state", _seed_state_canary)
+  if reason is not None:
+    raise UnsupportedVersionError(
+        f"Keras {keras.__version__} keeps random-seed state differently ({reason}), so "
+        "replicas would draw the same dropout masks; install a Keras version hypernet "
+        "supports (README, 'Supported versions').")

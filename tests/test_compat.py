@@ -1,0 +1,519 @@
+"""Tests for hypernet.numerics.compat: every private hook checks itself at first use.
+
+Each canary is tested by simulating the broken hook (as the portability audit's
+simulations did: a private function replaced by a wrong one, or removed); the outcome
+must be a fallback to public code with the right values, or one clear error, never a
+silently wrong value. Also: the switches' traces, the order of first calls, other
+libraries wrapping the same Keras methods, and Keras' moved backend modules.
+"""
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hypernet.core import functional, weight_roles
+from hypernet.meta import inner_loop
+from hypernet.numerics import compat, fused_norm, plain_bias, second_order
+from hypernet.training import continual_tasks, distribute
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXACT = 0.4278768  # LayerNormalization f'' of second_order's docstring example
+KERAS_OWN = 0.9404  # the same through tf.nn.moments (the mean's gradient stopped)
+
+
+@pytest.fixture
+def fresh_canaries(monkeypatch):
+  """Runs each canary again after the test's simulation, and once more afterwards with
+  the real hooks; the modules' fallback flags are restored."""
+  names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
+           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state"]
+  for name in names:
+    compat.reset_canary(name)
+  monkeypatch.setattr(fused_norm, "_unavailable", None)
+  monkeypatch.setattr(plain_bias, "_unavailable", None)
+  monkeypatch.setattr(compat, "_warned", set())
+  yield
+  for name in names:
+    compat.reset_canary(name)
+
+
+def _ln_model():
+  inp = keras.Input((3,))
+  return keras.Model(inp, keras.layers.LayerNormalization(epsilon=1e-3)(inp))
+
+
+def _ln_second_derivative(model) -> float:
+  c = tf.constant([0.3, -1.2, 0.7])
+  a = tf.constant(0.2)
+  with tf.GradientTape() as t2:
+    t2.watch(a)
+    with tf.GradientTape() as t1:
+      t1.watch(a)
+      y = functional.functional_call(model, None, tf.stack([a, 0.5, -1.0])[None])
+      f = tf.reduce_sum(y[0] * c)
+    g = t1.gradient(f, a)
+  return float(t2.gradient(g, a))
+
+
+def _bn_model(shape=(4, 4, 3)):
+  keras.utils.set_random_seed(0)
+  inp = keras.Input(shape)
+  bn = keras.layers.BatchNormalization(name="bn", momentum=0.8)
+  model = keras.Model(inp, bn(inp))
+  rng = np.random.default_rng(1)
+  for v in bn.weights:
+    v.assign(rng.uniform(0.5, 1.5, v.shape).astype(v.dtype))
+  return model
+
+
+def _ops(fn, *args):
+  """Op types of ``fn``'s trace and of every function in it (branches, gradients)."""
+  graph = tf.function(fn, autograph=False).get_concrete_function(*args).graph.as_graph_def()
+  found = {n.op for n in graph.node}
+  for f in graph.library.function:
+    found |= {n.op for n in f.node_def}
+  return found
+
+
+def _run_script(code: str) -> dict:
+  """Runs ``code`` in a fresh Python process (first calls, process-wide installs) and
+  returns the JSON object it prints last."""
+  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+             TF_CPP_MIN_LOG_LEVEL="3")
+  done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                        text=True, env=env, cwd=ROOT, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the canaries, with the hook broken ---------------------------------------------
+
+def test_all_canaries_pass_on_this_install():
+  assert _ln_second_derivative(_ln_model()) == pytest.approx(EXACT, abs=1e-6)
+  with plain_bias.plain_bias_scope(), fused_norm.fused_batch_norm_scope():
+    pass
+  assert compat.possible_gradient_types() is not None
+  assert compat.should_record_backprop() is not None
+  report = compat.canary_report()
+  for name in ("moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
+               "trace_root"):
+    assert report[name] is None, (name, report[name])
+
+
+def test_moments_hook_no_longer_reached_raises_one_clear_line(monkeypatch, fresh_canaries):
+  # A Keras that inlines tf.nn.moments: the replaced _compute_moments is never called,
+  # and second derivatives through LayerNorm would be Keras' own (0.9404), silently.
+  nn = compat.keras_backend("nn", "moments")
+  monkeypatch.setattr(nn, "moments", lambda x, axes, keepdims=False, synchronized=False:
+                      tf.nn.moments(x, axes, keepdims=keepdims))
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    _ln_second_derivative(_ln_model())
+  message = str(error.value)
+  assert "\n" not in message and "Supported versions" in message
+  assert "LayerNormalization f'' 0.940" in message  # Keras' own: 0.9404
+
+
+def test_wrong_tape_query_falls_back_to_exact_moments(monkeypatch, fresh_canaries, caplog):
+  # A TensorFlow whose tape query answers "first order only" under nested tapes: Keras'
+  # cheap moments would be kept and f'' would be 0.9404 without a word.
+  monkeypatch.setattr(compat, "_tape_query", lambda: (lambda tensors: 1))
+  with caplog.at_level(logging.WARNING):
+    assert _ln_second_derivative(_ln_model()) == pytest.approx(EXACT, abs=1e-6)
+  assert compat.possible_gradient_types() is None
+  assert "stay exact everywhere" in caplog.text
+
+
+def test_fused_kernel_convention_change_falls_back_to_keras_batch_norm(
+    monkeypatch, fresh_canaries, caplog):
+  # A TensorFlow whose FusedBatchNormV3 returns the biased batch variance: hypernet's
+  # Bessel rescaling would make the moving variance wrong, silently.
+  real = tf.raw_ops.FusedBatchNormV3
+
+  def biased(**kwargs):
+    out = list(real(**kwargs))
+    n = float(np.prod(kwargs["x"].shape[:3]))
+    out[2] = out[2] * (n - 1.0) / n
+    return tuple(out)
+
+  monkeypatch.setattr(tf.raw_ops, "FusedBatchNormV3", biased)
+  model = _bn_model()
+  x = tf.constant(np.random.default_rng(2).normal(1.0, 2.0, (6, 4, 4, 3)), tf.float32)
+  call = lambda x: functional.functional_call(model, {}, x, training=True, return_state=True)
+  with caplog.at_level(logging.WARNING):
+    y, state = call(x)
+  assert "does not match" in caplog.text and "moving variance" in caplog.text
+  assert not fused_norm.is_active() and "FusedBatchNormV3" not in _ops(call, x)
+  # Keras' own values and moving statistics (computed here without hypernet).
+  mean, var = np.mean(x.numpy(), (0, 1, 2)), np.var(x.numpy(), (0, 1, 2))
+  bn = model.get_layer("bn")
+  want = (bn.gamma.numpy() * (x.numpy() - mean) / np.sqrt(var + bn.epsilon)
+          + bn.beta.numpy())
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(state["bn/moving_variance"].numpy(),
+                             0.8 * bn.moving_variance.numpy() + 0.2 * var, rtol=1e-5)
+
+
+def test_plain_bias_follows_keras_add_where_keras_refuses(monkeypatch):
+  # Keras 3.16's add refuses [2, 3, 5] + [3] (not a numpy broadcast); a copy of 3.15's
+  # bias_add shortcut would still add along axis 1 inside the scope.
+  plain_bias._install()
+  real = plain_bias._original_add  # pylint: disable=protected-access
+
+  def numpy_add(x1, x2):
+    tf.broadcast_static_shape(tf.TensorShape(x1.shape), tf.TensorShape(x2.shape))
+    return real(x1, x2)
+
+  monkeypatch.setattr(plain_bias, "_original_add", numpy_add)
+  x1, x2 = tf.ones([2, 3, 5]), tf.ones([3])
+  with pytest.raises(ValueError):
+    keras.ops.add(x1, x2)
+  with plain_bias.plain_bias_scope():
+    assert plain_bias.is_active()
+    with pytest.raises(ValueError):
+      keras.ops.add(x1, x2)
+    # A Dense bias still becomes a plain add, with Keras' values.
+    y = keras.ops.add(tf.ones([2, 5]), tf.range(5, dtype=tf.float32))
+  np.testing.assert_array_equal(y.numpy(), np.ones([2, 5]) + np.arange(5))
+
+
+def test_plain_bias_differing_from_keras_add_falls_back(monkeypatch, fresh_canaries, caplog):
+  # A Keras whose add computes something else for a bias (here: plus one): the plain add
+  # would keep the old semantics inside meta-learners' calls.
+  plain_bias._install()
+  real = plain_bias._original_add  # pylint: disable=protected-access
+  monkeypatch.setattr(plain_bias, "_original_add", lambda x1, x2: real(x1, x2) + 1.0)
+  compat.reset_canary("plain_bias")
+  with caplog.at_level(logging.WARNING), plain_bias.plain_bias_scope():
+    assert not plain_bias.is_active()
+    y = keras.ops.add(tf.zeros([2, 3]), tf.ones([3]))
+  assert "differ from Keras" in caplog.text
+  np.testing.assert_array_equal(y.numpy(), np.full([2, 3], 2.0))  # Keras' (changed) own
+
+
+def test_instance_call_ignored_raises_for_overrides(monkeypatch, fresh_canaries):
+  # A Keras that calls the class's call, not the instance attribute: overrides= would
+  # silently do nothing (ablations showing no effect).
+  inp = keras.Input((2,))
+  model = keras.Model(inp, keras.layers.Dense(1, name="d")(inp))
+  monkeypatch.setattr(keras.layers.Dense, "__call__",
+                      lambda self, *a, **k: type(self).call(self, *a))
+  with pytest.raises(compat.UnsupportedVersionError, match="instance-level call"):
+    functional.functional_call(model, None, tf.ones([1, 2]),
+                               overrides={"d": lambda h: h + 1.0})
+
+
+def test_optimizer_summing_elsewhere_raises(monkeypatch, fresh_canaries):
+  # A Keras that sums over replicas without _all_reduce_sum_gradients: switching that
+  # method off would leave the sum in place, and the step would sum twice (x replicas).
+  from keras.src.backend.tensorflow import optimizer as tf_optimizer  # pylint: disable=g-import-not-at-top
+
+  def update_step(self, grads, trainable_variables, learning_rate):
+    variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+    tf.__internal__.distribute.interim.maybe_merge_call(
+        self._distributed_tf_update_step, self._distribution_strategy,
+        list(zip(grads, variables)), learning_rate)
+
+  monkeypatch.setattr(tf_optimizer.TFOptimizer, "_backend_update_step", update_step)
+  with pytest.raises(compat.UnsupportedVersionError, match="would sum twice"):
+    distribute.apply_reduced_gradients(keras.optimizers.SGD(0.1))
+
+
+def test_missing_record_query_warns_that_the_guard_is_off(monkeypatch, fresh_canaries, caplog):
+  monkeypatch.setattr(compat, "_record_query", lambda: None)
+  x = tf.constant(1.0)
+  with caplog.at_level(logging.WARNING), tf.GradientTape() as tape:
+    tape.watch(x)
+    assert not inner_loop._is_recorded(x * 2.0)  # pylint: disable=protected-access
+  assert "cannot check that the outer tape" in caplog.text
+
+
+def test_layer_tracking_change_falls_back_to_attributes(monkeypatch, fresh_canaries, caplog):
+  monkeypatch.setattr(compat, "_flatten",
+                      lambda layer, get: [layer])  # a Keras whose _layers is gone
+  inner = keras.Sequential([keras.layers.Dense(2, name="d1")], name="inner")
+  with caplog.at_level(logging.WARNING):
+    found = compat.sublayers(inner)
+  assert [l.name for l in found] == ["d1"]
+  assert "layer tracking changed" in caplog.text
+
+
+def test_trace_root_failure_warns_and_keeps_one_root(monkeypatch, fresh_canaries, caplog):
+  # A TensorFlow without FuncGraph.outer_graph: traces cannot be told apart.
+  monkeypatch.setattr(compat, "_graph_root_walk",
+                      lambda: None if tf.executing_eagerly() else tf.compat.v1.get_default_graph())
+  with caplog.at_level(logging.WARNING):
+    assert compat.trace_root() is None
+  assert "cannot tell traces apart" in caplog.text
+
+
+def test_seed_state_layout_change_raises_under_replicas(monkeypatch, fresh_canaries):
+  # A Keras that names or lays out the seed state differently: replicas would draw the
+  # same dropout masks without a word.
+  assert compat._seed_state_canary() is None  # pylint: disable=protected-access
+  real = keras.random.SeedGenerator.__init__
+
+  def renamed(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    self.state.assign(tf.reverse(self.state, [0]))  # [counter, seed]
+
+  monkeypatch.setattr(keras.random.SeedGenerator, "__init__", renamed)
+  with pytest.raises(compat.UnsupportedVersionError, match="same dropout masks"):
+    compat.check_seed_state()
+
+
+# --- public names instead of private ones --------------------------------------------
+
+def test_learning_rate_kept_when_keras_renames_its_private_attribute():
+  # The audit's simulation: the learning-rate variable under another private name. Read
+  # through the private name, the reset zeroed it (training after task 1 stopped).
+  v = keras.Variable([1.0, 2.0])
+  opt = keras.optimizers.Adam(1e-3)
+  opt.build([v])
+  lr = opt.learning_rate
+  opt.__dict__["_lr_renamed"] = opt.__dict__.pop("_learning_rate")
+  opt.__class__ = type("RenamedAdam", (keras.optimizers.Adam,),
+                       {"learning_rate": property(lambda self: self._lr_renamed)})
+  opt.variables[-1].assign([5.0, 5.0])
+  continual_tasks._reset_optimizer_slots(opt)  # pylint: disable=protected-access
+  assert float(lr.numpy()) == pytest.approx(1e-3)
+  assert not np.any(opt.variables[-1].numpy())
+
+
+def test_kernel_fans_found_when_keras_renames_its_private_attribute():
+  # Keras keeps Dense's kernel as "_kernel" behind a public property; matched by that
+  # private name, a rename made it "other" and changed hypernetwork init silently.
+  class RenamedDense(keras.layers.Dense):
+    kernel = property(lambda self: self.__dict__["_w" if "_w" in self.__dict__ else "_kernel"])
+
+  layer = RenamedDense(5, name="dense")
+  inp = keras.Input((7,))
+  model = keras.Model(inp, layer(inp))
+  layer.__dict__["_w"] = layer.__dict__.pop("_kernel")
+  roles = weight_roles.weight_roles(model)
+  assert tuple(roles["dense/kernel"][:3]) == ("kernel", 7, 5)
+  assert tuple(roles["dense/bias"][:3]) == ("bias", 7, 5)
+
+
+def test_conv_lstm_kernels_found_through_the_public_layer():
+  inp = keras.Input((4, 6, 2))
+  model = keras.Model(inp, keras.layers.ConvLSTM1D(3, 3, name="lstm")(inp))
+  roles = weight_roles.weight_roles(model)
+  # kernel [3, 2, 4 * 3]: fans (3 * 2, 3 * 3) per gate; recurrent [3, 3, 12]: (9, 9).
+  kernel = [p for p in roles if p.endswith("/kernel") and "recurrent" not in p]
+  recurrent = [p for p in roles if p.endswith("recurrent_kernel")]
+  assert len(kernel) == 1 and len(recurrent) == 1, list(roles)
+  assert tuple(roles[kernel[0]][:3]) == ("kernel", 6, 9)
+  assert tuple(roles[recurrent[0]][:3]) == ("kernel", 9, 9)
+
+
+def test_backend_module_found_in_the_keras_316_layout(monkeypatch):
+  # Keras 3.16 moved keras.src.backend.tensorflow.{nn,numpy,core} under .ops.
+  real = compat.keras_backend("nn", "moments")
+  package = types.ModuleType("keras.src.backend.tensorflow.ops")
+  package.nn = real
+  import keras.src.backend as backend  # pylint: disable=g-import-not-at-top
+  import keras.src.backend.tensorflow as tf_backend  # pylint: disable=g-import-not-at-top
+  monkeypatch.delattr(backend, "nn")
+  monkeypatch.delattr(tf_backend, "nn")
+  monkeypatch.setitem(sys.modules, "keras.src.backend.nn", None)
+  monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.nn", None)
+  monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.ops", package)
+  monkeypatch.setattr(tf_backend, "ops", package, raising=False)
+  assert compat.keras_backend("nn", "moments") is real
+  monkeypatch.setattr(package, "nn", None)
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    compat.keras_backend("nn", "moments")
+  assert "\n" not in str(error.value) and "nn.moments" in str(error.value)
+
+
+def test_hypernet_runs_with_the_keras_316_module_layout():
+  # A fresh process in which the old module paths are gone (as in keras-nightly 3.16):
+  # importing them by path failed at `import hypernet.meta` and the first functional call.
+  out = _run_script("""
+    import json, sys, types
+    import keras, tensorflow as tf
+    import keras.src.backend.tensorflow as tfb
+    ops = types.ModuleType("keras.src.backend.tensorflow.ops")
+    for name in ("nn", "numpy", "core"):
+      module = getattr(tfb, name)
+      setattr(ops, name, module)
+      sys.modules["keras.src.backend.tensorflow.ops." + name] = module
+      delattr(tfb, name)
+      sys.modules["keras.src.backend.tensorflow." + name] = None
+    sys.modules["keras.src.backend.tensorflow.ops"] = ops
+    tfb.ops = ops
+    import hypernet.meta  # imported these modules by path
+    from hypernet.core import functional
+    from hypernet.numerics import compat, plain_bias
+    inp = keras.Input((3,))
+    model = keras.Model(inp, keras.layers.LayerNormalization(epsilon=1e-3)(inp))
+    c = tf.constant([0.3, -1.2, 0.7])
+    a = tf.constant(0.2)
+    with tf.GradientTape() as t2:
+      t2.watch(a)
+      with tf.GradientTape() as t1:
+        t1.watch(a)
+        f = tf.reduce_sum(functional.functional_call(model, None, tf.stack([a, 0.5, -1.0])[None])[0] * c)
+      g = t1.gradient(f, a)
+    with plain_bias.plain_bias_scope():
+      active = plain_bias.is_active()
+    print(json.dumps({"f2": float(t2.gradient(g, a)), "plain_bias": active,
+                      "canaries": compat.canary_report()}))
+  """)
+  assert out["f2"] == pytest.approx(EXACT, abs=1e-6)
+  assert out["plain_bias"] == (not tf.config.list_logical_devices("GPU"))
+  assert all(v is None for v in out["canaries"].values()), out["canaries"]
+
+
+# --- the switches ---------------------------------------------------------------------
+
+def test_trace_does_not_depend_on_switches_around_its_call(caplog):
+  # Before, a tf.function first traced inside `disabled()` kept Keras' BatchNorm for
+  # every later call (and one traced outside kept the kernel inside the block).
+  model = _bn_model()
+  x = tf.ones([2, 4, 4, 3])
+  call = lambda x: functional.functional_call(model, None, x, training=True)
+  with caplog.at_level(logging.WARNING), fused_norm.disabled():
+    traced_inside = _ops(call, x)
+  traced_outside = _ops(call, x)
+  assert "FusedBatchNormV3" in traced_inside and traced_inside == traced_outside
+  assert "fused_norm.disabled() was entered outside the tf.function" in caplog.text
+
+
+def test_switch_entered_in_the_trace_reaches_its_control_flow_and_nested_functions():
+  model = _bn_model()
+  x = tf.ones([2, 4, 4, 3])
+  nested = lambda: tf.function(  # (a tf.function of its own per caller: see ARCHITECTURE.md)
+      lambda x: functional.functional_call(model, None, x, training=True), autograph=False)
+
+  def unfused(x):
+    with fused_norm.disabled():
+      inner = nested()
+      branch = tf.cond(tf.reduce_sum(x) > 0, lambda: inner(x), lambda: x)
+      return branch + functional.functional_call(model, None, x, training=True)
+
+  def fused(x):
+    inner = nested()
+    return tf.cond(tf.reduce_sum(x) > 0, lambda: inner(x), lambda: x)
+
+  assert "FusedBatchNormV3" not in _ops(unfused, x)
+  assert "FusedBatchNormV3" in _ops(fused, x)
+  # Eagerly, the switch applies to the eager calls it surrounds.
+  with fused_norm.fused_batch_norm_scope():
+    assert fused_norm.is_active()
+    with fused_norm.disabled():
+      assert not fused_norm.is_active()
+
+
+def test_exact_moments_decided_by_the_trace_not_by_its_caller():
+  # all_tapes_visible() entered eagerly must not reach a trace: inside one, moments
+  # stay exact unless the traced function itself vouches for its tapes.
+  model = _ln_model()
+
+  @tf.function(autograph=False)
+  def second_derivative(a):
+    c = tf.constant([0.3, -1.2, 0.7])
+    with tf.GradientTape() as t2:
+      t2.watch(a)
+      with tf.GradientTape() as t1:
+        t1.watch(a)
+        y = functional.functional_call(model, None, tf.stack([a, 0.5, -1.0])[None])
+        f = tf.reduce_sum(y[0] * c)
+      g = t1.gradient(f, a)
+    return t2.gradient(g, a)
+
+  with second_order.all_tapes_visible():
+    first = float(second_derivative(tf.constant(0.2)))
+  assert first == pytest.approx(EXACT, abs=1e-6)
+  assert float(second_derivative(tf.constant(0.2))) == pytest.approx(EXACT, abs=1e-6)
+  # Exact moments entered eagerly do reach a trace (exact is right in every trace).
+  layer = keras.layers.LayerNormalization(epsilon=1e-3)
+  plain = tf.function(lambda x: layer(x), autograph=False)
+  a = tf.constant(0.2)
+  with second_order.exact_moments_scope(), tf.GradientTape() as t2:
+    t2.watch(a)
+    with tf.GradientTape() as t1:
+      t1.watch(a)
+      f = tf.reduce_sum(plain(tf.stack([a, 0.5, -1.0])[None])[0] * [0.3, -1.2, 0.7])
+    g = t1.gradient(f, a)
+  assert float(t2.gradient(g, a)) == pytest.approx(EXACT, abs=1e-6)
+
+
+def test_first_functional_call_with_overrides_on_batch_norm_runs_the_fused_kernel():
+  # Before, overrides bound the layer's call before the fused dispatcher was installed:
+  # the first such call in a process ran Keras' BatchNorm, later ones the kernel.
+  out = _run_script("""
+    import json
+    import keras, tensorflow as tf
+    from hypernet.core import functional
+    inp = keras.Input((4, 4, 3))
+    model = keras.Model(inp, keras.layers.BatchNormalization(name="bn")(inp))
+    def fused():
+      f = tf.function(lambda x: functional.functional_call(
+          model, None, x, training=True, overrides={"bn": lambda h: h * 2.0}), autograph=False)
+      graph = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3])).graph
+      return "FusedBatchNormV3" in {op.type for op in graph.get_operations()}
+    print(json.dumps([fused(), fused()]))
+  """)
+  assert out == [True, True]
+
+
+def test_other_libraries_wrapping_the_same_keras_methods_cause_no_recursion():
+  # One wrapper installed before hypernet's first use, one after; before, the next
+  # install wrapped the later wrapper (which calls hypernet's dispatcher) as "original":
+  # unbounded recursion on the first call that falls through to Keras.
+  out = _run_script("""
+    import collections, functools, json
+    import keras, numpy as np, tensorflow as tf
+    from hypernet.core import functional
+    from hypernet.numerics import compat
+    calls = collections.Counter()
+    def wrap(owner, name, tag):
+      original = getattr(owner, name)
+      @functools.wraps(original)
+      def wrapper(*args, **kwargs):
+        calls[tag] += 1
+        return original(*args, **kwargs)
+      setattr(owner, name, wrapper)
+    nn = compat.defining_module(compat.keras_backend("nn", "moments").moments)
+    BN = keras.layers.BatchNormalization
+    wrap(BN, "call", "bn_before"); wrap(nn, "_compute_moments", "moments_before")
+    inp = keras.Input((4, 4, 3))
+    model = keras.Model(inp, BN(name="bn")(inp))
+    lin = keras.Input((3,))
+    ln = keras.Model(lin, keras.layers.LayerNormalization()(lin))
+    x = tf.random.stateless_normal([2, 4, 4, 3], [1, 2])
+    first = functional.functional_call(model, None, x, training=False)
+    functional.functional_call(ln, None, x[:, 0, 0])
+    wrap(BN, "call", "bn_after"); wrap(nn, "_compute_moments", "moments_after")
+    outs = [functional.functional_call(model, None, x, training=False) for _ in range(3)]
+    with tf.GradientTape() as tape:  # one tape: Keras' own moments, through the wrappers
+      tape.watch(x)
+      lns = [functional.functional_call(ln, None, x[:, 0, 0]) for _ in range(3)]
+    ref = model(x, training=False)
+    ref_ln = ln(x[:, 0, 0])
+    print(json.dumps({"calls": calls, "bn": max(float(tf.reduce_max(tf.abs(o - ref))) for o in outs),
+                      "ln": max(float(tf.reduce_max(tf.abs(o - ref_ln))) for o in lns)}))
+  """)
+  assert out["bn"] == 0.0 and out["ln"] < 1e-6
+  for tag in ("bn_before", "bn_after", "moments_before", "moments_after"):
+    assert out["calls"].get(tag, 0) >= 3, out["calls"]
+
+
+def test_dispatcher_put_back_after_its_original_is_restored():
+  fused_norm._install()  # pylint: disable=protected-access
+  original = fused_norm._original_call  # pylint: disable=protected-access
+  keras.layers.BatchNormalization.call = original  # e.g. another tool's teardown
+  try:
+    with fused_norm.fused_batch_norm_scope():
+      assert keras.layers.BatchNormalization.call is fused_norm._dispatching_call  # pylint: disable=protected-access
+  finally:
+    fused_norm._install()  # pylint: disable=protected-access
