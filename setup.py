@@ -1,8 +1,9 @@
 """Installs hypernet: hypernetworks and meta-learning for TensorFlow 2 / Keras 3.
 
-Supported versions are the ones the test suite runs on (README, "Supported versions"):
-Python 3.11, TensorFlow 2.21, Keras 3.15 (TensorBoard 2.21); the pins below allow that
-TensorFlow minor release and Keras 3 from 3.15 on.
+Supported versions are the ones measured to work (docs/installation.md, "Supported
+versions"): Python 3.11, TensorFlow 2.19 to 2.21 with Keras 3.11 to 3.15 (TensorBoard as
+TensorFlow). CI runs the full suite on the newest pair and the compatibility subset on
+the oldest (.ci/run, .ci/oldest.txt); tools/forward_check.sh tries the next Keras.
 """
 from setuptools import find_packages, setup
 
@@ -21,10 +22,10 @@ setup(
     package_data={"hypernet": ["numerics/kernels/*.cc"]},
     python_requires=">=3.11",
     install_requires=[
-        "tensorflow>=2.21,<2.22",
-        "keras>=3.15,<4",
+        "tensorflow>=2.19,<2.22",
+        "keras>=3.11,<3.16",
         "numpy",
-        "tensorboard>=2.21,<2.22",
+        "tensorboard>=2.19,<2.22",
         "absl-py",
         "ml-collections",
         "scikit-learn",

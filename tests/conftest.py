@@ -36,3 +36,12 @@ def data_dir() -> pathlib.Path:
     pytest.fail(f"Test data folder {d} is missing: put the project's shared/data beside "
                 "the checkout or set HYPERNET_TEST_DATA.")
   return d
+
+
+# -- The compatibility subset (tests/supported.py): marker compat_subset. -----------------
+def pytest_collection_modifyitems(config, items):
+  del config
+  import supported  # pylint: disable=g-import-not-at-top
+  for item in items:
+    if supported.in_subset(item.nodeid):
+      item.add_marker(pytest.mark.compat_subset)

@@ -8,6 +8,8 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.numerics import fused_norm
 
+import supported
+
 
 def _ops(fn, *args):
   """Op types of ``fn``'s graph and of every function in it (gradients included)."""
@@ -61,7 +63,9 @@ def test_fused_call_matches_keras_values_and_moving_statistics(shape, scale_cent
                          state["bn/moving_mean"].numpy())
 
 
-@pytest.mark.parametrize("case", ["float64", "inference", "channels_first", "renorm", "mask"])
+@pytest.mark.parametrize("case", [
+    "float64", "inference", "channels_first", "mask",
+    pytest.param("renorm", marks=supported.requires_keras("3.14", "BatchNormalization(renorm=...)"))])
 def test_other_calls_run_keras_own_code(case):
   dtype = "float64" if case == "float64" else "float32"
   kwargs = {"axis": 1} if case == "channels_first" else {}

@@ -248,7 +248,7 @@ def is_active() -> bool:
 
 
 def _cpu_only() -> bool:
-  return devices.cpu_only()
+  return devices.cpu_kernels()  # Off on GPU/TPU (devices' table).
 
 
 def register_batch_norm(y: tf.Tensor, fuse: Callable[[], tf.Tensor]) -> None:

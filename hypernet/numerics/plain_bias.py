@@ -44,7 +44,6 @@ seeds 97.90% -> 97.49%), so those calls keep Keras' own ``add``.
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Iterator
 
 import keras
@@ -58,9 +57,8 @@ _original_add = None
 _unavailable = None  # why Keras' own add runs everywhere in this process (canary)
 
 
-@functools.lru_cache(maxsize=None)
 def _cpu_only() -> bool:
-  return devices.cpu_only()
+  return devices.cpu_kernels()  # Off on GPU/TPU (devices' table).
 
 
 def is_active() -> bool:

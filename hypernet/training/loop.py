@@ -54,7 +54,7 @@ import ml_collections
 import tensorflow as tf
 
 from hypernet.training import console, distribute, objectives, tasks
-from hypernet.numerics import norm_relu_pool, second_order
+from hypernet.numerics import devices, norm_relu_pool, second_order
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -120,17 +120,53 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras
   raise ValueError(f"config.optim.name={config.name!r}; use 'adam', 'adamw' or 'sgd'.")
 
 
-def _use_jit(config) -> bool:
-  """``config.jit_compile``: ``"auto"`` (XLA on GPU/TPU only), True/False, or the strings
-  ``"true"``/``"false"`` (the field is a string, so ``--config.jit_compile=true``)."""
+def _use_jit(config, kind: Optional[str] = None) -> bool:
+  """``config.jit_compile``: ``"auto"`` (XLA on GPU/TPU only: :func:`devices.xla_auto`),
+  True/False, or the strings ``"true"``/``"false"`` (the field is a string, so
+  ``--config.jit_compile=true``). ``kind``: the device kind (default: the one seen)."""
   value = config.jit_compile
   if isinstance(value, str) and value.lower() in ("true", "false"):
     value = value.lower() == "true"
   if value == "auto":
-    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    return devices.xla_auto(kind)
   if isinstance(value, bool):
     return value
   raise ValueError(f"config.jit_compile must be 'auto', 'true' or 'false', got {value!r}.")
+
+
+def device_choices(config, kind: Optional[str] = None) -> Dict[str, object]:
+  """Every device-dependent choice the :class:`Trainer` makes for ``config``, in one dict.
+
+  Args:
+    config: an experiment config (reads ``jit_compile``, ``dtype_policy``,
+      ``meta.fused_blocks``).
+    kind: ``"cpu"``, ``"gpu"`` or ``"tpu"`` (default: :func:`devices.accelerator`, what
+      TensorFlow sees).
+
+  Returns:
+    ``{"kind", "jit", "cpu_kernels", "fused_blocks", "loss_scaling", "warning"}``:
+    XLA on the step's forward and backward pass; hypernet's CPU numerics (plain bias
+    adds, fused kernel) allowed; the fused BatchNorm -> ReLU -> max-pool blocks on
+    (``config.meta.fused_blocks``, CPU only, never under XLA, which cannot compile the
+    C++ kernel); a ``LossScaleOptimizer`` around the optimiser; a one-line precision
+    warning or ``None`` (:func:`devices.precision_warning`).
+
+  Raises:
+    ValueError: a bad ``config.jit_compile`` or device kind.
+  """
+  kind = kind or devices.accelerator()
+  jit = _use_jit(config, kind)
+  cpu_kernels = devices.cpu_kernels(kind)
+  policy = config.dtype_policy
+  return {
+      "kind": kind,
+      "jit": jit,
+      "cpu_kernels": cpu_kernels,
+      "fused_blocks": (bool(config.get("meta", {}).get("fused_blocks", True))
+                       and not jit and cpu_kernels),
+      "loss_scaling": devices.loss_scaling(policy),
+      "warning": devices.precision_warning(policy, kind),
+  }
 
 
 class Trainer:
@@ -157,6 +193,10 @@ class Trainer:
                    type(self.strategy).__name__, config.distribution, self.num_replicas)
     keras.utils.set_random_seed(config.seed)
     policy = config.dtype_policy
+    distribute.check_dtype_policy(policy)
+    self.devices = device_choices(config)
+    if self.devices["warning"]:
+      logging.warning(self.devices["warning"])
     with distribute.dtype_policy(policy), self.strategy.scope():
       self.task = build_task(config)
       self.variables = list(self.task.trainable_variables)
@@ -167,7 +207,7 @@ class Trainer:
       # task) gives the schedule's horizon; otherwise the whole run.
       self.optimizer = make_optimizer(
           config.optim, getattr(self.task, "schedule_steps", None) or config.num_steps)
-      if policy == "mixed_float16":
+      if self.devices["loss_scaling"]:
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
       distribute.apply_reduced_gradients(self.optimizer)
       self.optimizer.build(self.variables)
@@ -185,10 +225,10 @@ class Trainer:
         self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
     self._agree = tf.function(self._agree_fn)
     self.restored_from: Optional[str] = None  # Set by restore().
-    self.jit = _use_jit(config)
+    self.jit = self.devices["jit"]
     # BatchNorm -> ReLU -> max-pool blocks of meta-learners on one CPU kernel
-    # (config.meta.fused_blocks); XLA cannot compile it.
-    self.fused_blocks = bool(config.get("meta", {}).get("fused_blocks", True)) and not self.jit
+    # (config.meta.fused_blocks); XLA cannot compile it, and GPUs have no kernel for it.
+    self.fused_blocks = self.devices["fused_blocks"]
     self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
     self.train_metric_names = list(getattr(self.task, "train_metric_names",
                                            self.metric_names))
