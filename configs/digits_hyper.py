@@ -14,7 +14,10 @@ def get_config():
   c.num_steps = 3000
   c.batch_size = 64
   c.log_every = 100
-  c.eval_every = 1000
+  # 16 evaluations (359 test images each): TensorBoard's default smoothing (0.6) of the
+  # eval curve then ends within 0.2 points of the final accuracy (4 evaluations, the
+  # first at chance, drew 89.57% for 98.61%).
+  c.eval_every = 200
   c.checkpoint_every = 1000
   c.model.conv_widths = (32, 64)
   c.model.dense_widths = (64,)

@@ -5,11 +5,13 @@
 
 Rebuilds the run from ``workdir/config.json``, restores the latest (or the named)
 checkpoint, runs the task's evaluation (classification and few-shot tasks alike: the
-same ``Trainer.evaluate`` as the train loop), prints the metrics as JSON and writes them
-to ``workdir/eval_step<N>.json``. ``--export`` also writes the target network with its
-produced weights as a plain ``.keras`` model (:mod:`hypernet.training.export`) that takes the
-stored pixels (it scales them as training did) and outputs logits, or probabilities with
-``--export_softmax``.
+same ``Trainer.evaluate`` as the train loop), prints the metrics as a table and writes
+them as JSON to ``workdir/eval_step<N>.json``. ``--export`` also writes the target
+network with its produced weights as a plain ``.keras`` model
+(:mod:`hypernet.training.export`) and prints its input contract: it takes the stored
+pixels (it scales them as training did) and outputs logits, or probabilities with
+``--export_softmax``. What needs no TensorFlow (the workdir, its config and checkpoint,
+the export folder and ``--condition``) is checked before TensorFlow is imported.
 """
 from __future__ import annotations
 
@@ -43,17 +45,11 @@ def load_config(workdir: str):
   """The config a workdir was trained with (``workdir/config.json``), validated.
 
   Raises:
+    NotADirectoryError: ``workdir`` is a file.
     FileNotFoundError: ``workdir`` holds no ``config.json`` (not a training workdir).
     ConfigError: the file does not fit this version's config schema.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
-  path = os.path.join(workdir, "config.json")
-  if not tf.io.gfile.exists(path):
-    raise FileNotFoundError(f"{path} does not exist: --workdir must be a folder written by "
-                            "python -m hypernet.train.")
-  with tf.io.gfile.GFile(path) as f:
-    return config_lib.config_from_dict(json.load(f))
+  return cli.read_workdir_config(workdir)
 
 
 def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
@@ -105,8 +101,9 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
   result: Dict[str, Any] = dict(trainer.evaluate())
   result.update(step=step, checkpoint=path)
   if export_path:
-    export.export_target(trainer.task, export_path, condition, softmax)
+    model = export.export_target(trainer.task, export_path, condition, softmax)
     result["export"] = export_path
+    result["export_contract"] = export.input_contract(trainer.task, model, softmax)
   if output is None:
     output = os.path.join(workdir, f"eval_step{step}.json")
   if output:
@@ -115,19 +112,60 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
   return result
 
 
+def report(result: Dict[str, Any], output: Optional[str] = None) -> str:
+  """The table ``python -m hypernet.evaluate`` prints for :func:`evaluate`'s result.
+
+  Example (digits, with ``--export``)::
+
+    Evaluated step 3000 (/tmp/wd/checkpoints/ckpt-3000):
+      accuracy   98.61%
+      loss       0.08103
+      metrics:   /tmp/wd/eval_step3000.json
+    Exported the target network to /tmp/digits_target.keras
+      input:     float32 [batch, 8, 8, 1]: raw pixel values 0..16 as the data set ...
+      output:    logits [batch, 10] (apply a softmax for probabilities, or ...)
+      load:      keras.models.load_model(path): Keras alone, no hypernet import
+  """
+  from hypernet.training import console  # pylint: disable=g-import-not-at-top
+  skip = ("step", "checkpoint", "export", "export_contract")
+  metrics = {k: v for k, v in result.items() if k not in skip}
+  order = sorted(metrics, key=lambda k: (not k.startswith("accuracy"), "accuracy" not in k))
+  width = max([len(k) for k in order] + [8]) + 2
+  lines = [f"Evaluated step {result['step']} ({result['checkpoint']}):"]
+  lines += [f"  {k:<{width}} {console.metric_value(k, metrics[k])}" for k in order]
+  if output:
+    lines.append(f"  {'metrics:':<{width}} {output}")
+  if result.get("export"):
+    lines.append(f"Exported the target network to {result['export']}")
+    for k, v in result.get("export_contract", {}).items():
+      lines.append(f"  {k + ':':<{width}} {v}")
+  return "\n".join(lines)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  cli.configure_logging(cli.quiet_startup(sys.argv))  # Imports TensorFlow.
 
   def run():
-    cli.check_workdir_is_folder(_WORKDIR.value)
-    result = evaluate(_WORKDIR.value, _CHECKPOINT.value or None, _EXPORT.value or None,
-                      _CONDITION.value, _OUTPUT.value or None, _DATA_DIR.value,
-                      _SOFTMAX.value)
-    print(json.dumps(result, indent=2))
-  cli.run_main(run, traceback=False)
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    workdir, checkpoint = _WORKDIR.value, _CHECKPOINT.value or None
+    # What needs no TensorFlow first: a user error is reported in a second.
+    if _EXPORT.value:
+      from hypernet.training import export  # pylint: disable=g-import-not-at-top
+      export.check_export_path(_EXPORT.value)
+    config = cli.read_workdir_config(workdir)
+    if _EXPORT.value:
+      export.check_condition(config, _CONDITION.value)
+    cli.check_checkpoint_exists(workdir, checkpoint)
+    logging.info("Evaluating %s (loading TensorFlow) ...", workdir)
+    cli.quiet_startup(sys.argv)
+    result = evaluate(workdir, checkpoint, _EXPORT.value or None, _CONDITION.value,
+                      _OUTPUT.value or None, _DATA_DIR.value, _SOFTMAX.value)
+    output = _OUTPUT.value or os.path.join(workdir, f"eval_step{result['step']}.json")
+    print(report(result, output), flush=True)
+
+  cli.run_main(run, interrupted="stopped by Ctrl-C; nothing more was written.")
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.run_entry_point(main)

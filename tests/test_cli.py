@@ -2,6 +2,7 @@
 the closing summary, a finished rerun that rewrites nothing, quiet output, Ctrl-C."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from hypernet.training import cli
+from hypernet.training import cli, config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,34 +39,142 @@ def test_flag_errors_are_one_line_naming_the_flag_and_create_nothing(tmp_path, f
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize("flag, message", [
-    ("--config.hypernet.chunk_size=0", "ConfigError: config.hypernet.chunk_size must be "
-                                       "positive"),
-    ("--config.hypernet.kind=static", "set config.hypernet.targets to conv kernels, e.g. "
-                                      "'conv*/kernel'"),
-])
-def test_config_errors_are_one_line_exit_1_and_create_nothing(tmp_path, flag, message):
+def test_a_user_error_after_the_tensorflow_import_reads_like_a_flag_error(tmp_path):
+  """A check that needs the built target network (TensorFlow): the same one-line form as
+  flag errors, no log prefix, no exception class."""
   workdir = tmp_path / "run"
-  out = _run("hypernet.train", "--config=configs/digits_hyper.py", f"--workdir={workdir}", flag)
+  out = _run("hypernet.train", "--config=configs/digits_hyper.py", f"--workdir={workdir}",
+             "--config.hypernet.kind=static")
   assert out.returncode == 1 and "Traceback" not in out.stderr
-  assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr
+  last = out.stderr.strip().splitlines()[-1]
+  assert last.startswith("train.py: error: config.hypernet.targets=") and \
+      "set config.hypernet.targets to conv kernels, e.g. 'conv*/kernel'" in last
+  assert "ConfigError" not in out.stderr
   assert not workdir.exists()
 
 
-def test_workdir_that_is_a_file_and_export_into_a_missing_folder_fail_first(tmp_path):
+def _run_without_tensorflow(*args, timeout=120):
+  """``python -m <args>`` in a process where importing TensorFlow or Keras fails: a
+  command that reaches the import ends in an ImportError traceback."""
+  code = ("import runpy, sys\n"
+          "sys.modules['tensorflow'] = sys.modules['keras'] = None\n"
+          f"sys.argv = {list(args)!r}\n"
+          "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n")
+  return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def _no_tensorflow_cases(tmp_path):
   a_file = tmp_path / "notes.txt"
   a_file.write_text("not a folder")
-  out = _run("hypernet.train", "--config=configs/digits_hyper.py", f"--workdir={a_file}")
-  assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
-  assert out.stderr.strip().endswith(f"NotADirectoryError: --workdir must be a folder: "
-                                     f"{a_file} is a file.")
-  assert a_file.read_text() == "not a folder"
-  # Checked before the workdir is even read (this one has no config.json either).
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  trained = tmp_path / "trained"  # config.json and a checkpoint state file, no ckpt-7.
+  (trained / "checkpoints").mkdir(parents=True)
+  (trained / "config.json").write_text(
+      config_lib.load_config_file(os.path.join(REPO, "configs", "digits_hyper.py"))
+      .to_json_best_effort())
+  (trained / "checkpoints" / "checkpoint").write_text(
+      'model_checkpoint_path: "ckpt-5"\nall_model_checkpoint_paths: "ckpt-5"\n')
+  (trained / "checkpoints" / "ckpt-5.index").write_text("")
   missing = tmp_path / "no_such_folder" / "target.keras"
-  out = _run("hypernet.evaluate", f"--workdir={tmp_path}", f"--export={missing}")
-  assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
-  assert f"--export={missing}: the folder {missing.parent} does not exist" in out.stderr
-  assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+  train = ("hypernet.train", "--config=configs/digits_hyper.py")
+  return [
+      (train + (f"--workdir={tmp_path / 'run'}", "--config.num_steps=0"),
+       "train.py: error: config.num_steps must be a positive integer, got 0."),
+      (train + (f"--workdir={a_file}",),
+       f"train.py: error: --workdir must be a folder: {a_file} is a file."),
+      (("hypernet.train", "--config=configs/fashion_mnist_hyper.py",
+        f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={empty}"),
+       f"train.py: error: fashion_mnist: IDX files not found in ['{empty}']"),
+      (("hypernet.evaluate", f"--workdir={empty}"),
+       f"evaluate.py: error: --workdir={empty} holds no config.json: it must be a folder "
+       "written by python -m hypernet.train."),
+      (("hypernet.evaluate", f"--workdir={tmp_path / 'nothing'}"),
+       f"evaluate.py: error: --workdir={tmp_path / 'nothing'} does not exist: it must be a "
+       "folder written by python -m hypernet.train."),
+      (("hypernet.evaluate", f"--workdir={a_file}"),
+       f"evaluate.py: error: --workdir must be a folder: {a_file} is a file."),
+      # The export folder is checked before the workdir is even read.
+      (("hypernet.evaluate", f"--workdir={empty}", f"--export={missing}"),
+       f"evaluate.py: error: --export={missing}: the folder {missing.parent} does not "
+       "exist; create it first or export elsewhere."),
+      (("hypernet.evaluate", f"--workdir={trained}", f"--export={tmp_path / 'm.h5'}"),
+       f"evaluate.py: error: Export path '{tmp_path / 'm.h5'}' must end in '.keras' (the "
+       "Keras 3 format)."),
+      (("hypernet.evaluate", f"--workdir={trained}", "--checkpoint=7"),
+       f"evaluate.py: error: --checkpoint=7: {trained}/checkpoints/ckpt-7 does not exist; "
+       f"the steps saved in {trained}/checkpoints: [5]."),
+  ]
+
+
+def test_user_errors_that_need_no_tensorflow_are_reported_before_importing_it(tmp_path):
+  """num_steps=0, a workdir that is a file, missing data files, evaluate on an empty or
+  missing folder, a missing checkpoint, export into a missing folder: one line
+  ``<program>: error: ...``, exit status 1, in a process that cannot import TensorFlow,
+  and nothing created."""
+  for args, message in _no_tensorflow_cases(tmp_path):
+    before = sorted(os.listdir(tmp_path))
+    out = _run_without_tensorflow(*args)
+    assert out.returncode == 1, (args, out.stderr[-2000:])
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(message), \
+        (args, out.stderr[-2000:])
+    assert out.stdout == "" and sorted(os.listdir(tmp_path)) == before
+
+
+def test_the_first_line_comes_before_the_tensorflow_import(tmp_path):
+  """A short time stamp, no absl prefix; then the import (here it fails: TensorFlow is
+  blocked, which shows the line came first)."""
+  out = _run_without_tensorflow("hypernet.train", "--config=configs/digits_hyper.py",
+                                f"--workdir={tmp_path / 'run'}")
+  first = out.stderr.splitlines()[0]
+  assert re.fullmatch(r"\d\d:\d\d:\d\d Training configs/digits_hyper\.py for 3000 steps in "
+                      + re.escape(str(tmp_path / "run")) + r" \(loading TensorFlow\) \.\.\.",
+                      first), out.stderr[-2000:]
+  assert "halted; None in sys.modules" in out.stderr and out.returncode == 1
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--num_steps=5", "Unknown flag --num_steps=5; did you mean --config.num_steps=5?"),
+    ("--lr=0.1", "Unknown flag --lr=0.1; did you mean --config.optim.lr=0.1?"),
+    ("--optim.lr=0.1", "Unknown flag --optim.lr=0.1; did you mean --config.optim.lr=0.1?"),
+    ("--chunk_size=64", "Unknown flag --chunk_size=64; did you mean "
+                        "--config.hypernet.chunk_size=64?"),
+    ("--name=adamw", "Unknown flag --name=adamw; did you mean --config.data.name=adamw, "
+                     "--config.model.name=adamw or --config.optim.name=adamw?"),
+    ("--config.lr=0.1", "--config.lr: config has no field 'lr'. Did you mean "
+                        "config.optim.lr?"),
+    ("--config.hypernet.lr=0.1", "--config.hypernet.lr: config.hypernet has no field 'lr'. "
+                                 "Its fields:"),
+    ("--workdirr=x", "Unknown command line flag 'workdirr'. Did you mean: workdir ?"),
+])
+def test_a_config_field_without_config_gets_the_flag_to_use(tmp_path, flag, message):
+  out = _run_without_tensorflow("hypernet.train", "--config=configs/digits_hyper.py",
+                                f"--workdir={tmp_path / 'run'}", flag)
+  assert out.returncode == 1
+  assert out.stderr.startswith(f"train.py: error: {message}") and \
+      len(out.stderr.splitlines()) == 1, out.stderr[-2000:]
+  assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
+  """Ctrl-C while TensorFlow loads: exit status 130, one line, no traceback, nothing
+  created."""
+  workdir = tmp_path / "run"
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+       f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  first = proc.stderr.readline()
+  assert "(loading TensorFlow) ..." in first, first
+  time.sleep(0.5)  # Inside the TensorFlow import (seconds long).
+  proc.send_signal(signal.SIGINT)
+  stdout, rest = proc.communicate(timeout=120)
+  assert proc.returncode == 130, rest[-3000:]
+  assert rest == ("train.py: stopped by Ctrl-C before a checkpoint was saved; rerun the "
+                  "same command to start again.\n"), rest[-3000:]
+  assert stdout == "" and not workdir.exists()
 
 
 def test_flagfile_and_command_line_combine_and_a_finished_rerun_prints_its_summary(tmp_path):
@@ -92,14 +201,35 @@ def test_flagfile_and_command_line_combine_and_a_finished_rerun_prints_its_summa
                         f"loss {metrics['loss']:.4g}")
   assert summary[2:] == [f"  metrics:     {workdir}/final_metrics.json",
                          f"  checkpoints: {workdir}/checkpoints (latest: step 7)",
+                         f"  export:      python -m hypernet.evaluate --workdir={workdir} "
+                         f"--export={workdir}/target.keras",
                          f"  TensorBoard: tensorboard --logdir {workdir}"]
   # Only the project's own lines on stderr: no TensorFlow start-up banner, no cuInit
   # error, no "Sharding callback duration".
   for noise in ("absl::InitializeLog", "cuInit", "cuda", "oneDNN", "Sharding callback",
                 "cpu_feature_guard"):
     assert noise not in first.stderr, noise
-  assert all(line.startswith(("I", "W")) and ".py:" in line.split("]")[0]
-             for line in first.stderr.strip().splitlines()), first.stderr
+  # A short time stamp, not absl's 56-character prefix; a line before the TensorFlow
+  # import, one before the tracing and one after it, then the progress.
+  lines = first.stderr.strip().splitlines()
+  assert all(re.match(r"\d\d:\d\d:\d\d \S", line) for line in lines), first.stderr
+  messages = [line[9:] for line in lines]
+  assert messages[0] == (f"Training configs/digits_plain.py for 7 steps in {workdir} "
+                         "(loading TensorFlow) ...")
+  assert re.fullmatch(r"Loaded TensorFlow in \d+\.\d s; loading the data and building the "
+                      r"model \.\.\.", messages[1]), messages
+  assert messages[2].startswith("Parameters: ")
+  assert messages[3:5] == ["Compiling the summaries and evaluating step 0 ...",
+                           "Compiling the train step ..."]
+  assert re.fullmatch(r"Compiled in \d+\.\d s; training \(a line every 7 steps\) \.\.\.",
+                      messages[5])
+  assert re.fullmatch(r"step 7/7  loss \S+  accuracy \S+  \| eval accuracy \S+%, loss \S+ \|"
+                      r"  \d+ steps/s  ETA 0s", messages[6]), messages
+  # Two evaluations (steps 0 and 7): TensorBoard's default smoothing cannot draw the last
+  # one right, and the run says so.
+  assert messages[7].startswith("warning: TensorBoard's default smoothing (0.6) draws the "
+                                "last eval accuracy as "), messages
+  assert len(messages) == 8, messages
 
   again = _run(*command)
   assert again.returncode == 0, again.stderr[-3000:]
@@ -122,17 +252,19 @@ def test_ctrl_c_saves_says_so_and_exits_130_without_a_traceback(tmp_path):
   while time.time() < deadline:
     line = proc.stderr.readline()
     lines.append(line)
-    if "step 20/100000" in line:
+    if "Compiled in" in line or not line:
       break
+  time.sleep(1.0)  # Training now (the console shows a line every 10,000 steps).
   proc.send_signal(signal.SIGINT)
   stdout, rest = proc.communicate(timeout=120)
   stderr = "".join(lines) + rest
   assert proc.returncode == 130, stderr[-3000:]
   assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+  assert "stopped by Ctrl-C" not in stderr  # The loop said what it saved: nothing more.
   stopped = [l for l in stderr.splitlines() if "Stopped by SIGINT at step" in l]
   assert len(stopped) == 1 and "Rerun the same command to resume." in stopped[0]
   step = int(stopped[0].split("at step ")[1].split(";")[0])
-  assert step >= 20 and os.path.exists(workdir / "checkpoints" / f"ckpt-{step}.index")
+  assert step >= 1 and os.path.exists(workdir / "checkpoints" / f"ckpt-{step}.index")
   assert stdout == ""  # No summary for an unfinished run.
 
 
@@ -146,7 +278,13 @@ def test_closing_summary_counts_a_resumed_process_and_shows_fractions_in_percent
   assert summary[1] == ("  test:        accuracy 32.20%, accuracy_ci95 4.20%, "
                         "one_shot_error 67.50%, loss 1.5")
   result.update(start_step=0)
-  assert cli.closing_summary(result, "/tmp/run").splitlines()[0] == "Done: 3000 steps in 7.9 s."
+  summary = cli.closing_summary(result, "/tmp/my run").splitlines()
+  assert summary[0] == "Done: 3000 steps in 7.9 s."
+  # The next commands, ready to paste (a path with a space is quoted).
+  assert summary[-2:] == [
+      "  export:      python -m hypernet.evaluate --workdir='/tmp/my run' "
+      "--export='/tmp/my run/target.keras'",
+      "  TensorBoard: tensorboard --logdir '/tmp/my run'"]
 
 
 def test_a_user_error_exits_1_and_silences_tensorflows_unrestored_value_list():

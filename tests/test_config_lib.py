@@ -356,3 +356,23 @@ def test_config_files_named_in_messages_exist():
   assert named
   missing = sorted((src, m) for src, m in named if not os.path.exists(os.path.join(REPO, m)))
   assert not missing, f"messages name config files that do not exist: {missing}"
+
+
+def test_used_fields_are_the_fields_the_run_reads():
+  """TensorBoard's Text config: the hyperparameters plus the execution fields the run
+  applies, not other tasks', models' or hypernetwork kinds' fields."""
+  import sys  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))), "configs"))
+  import digits_hyper, omniglot_maml  # pylint: disable=g-import-not-at-top,multiple-imports
+  digits = config_lib.used_fields(digits_hyper.get_config())
+  assert set(config_lib.hparams(digits_hyper.get_config())) < set(digits)
+  assert {"log_every", "eval_every", "checkpoint_every", "summaries.every",
+          "summaries.kernel_images", "fault.nonfinite"} <= set(digits)
+  assert digits["model.conv_widths"] == (32, 64) and digits["eval_every"] == 200
+  assert not [k for k in digits if k.startswith(("meta.", "continual.", "multitask."))]
+  assert not {"data.data_dir", "data.omniglot_zips", "summaries.profile_start",
+              "fault.max_skips", "hypernet.z_dim", "model.alpha"} & set(digits)
+  meta = config_lib.used_fields(omniglot_maml.get_config())
+  assert {"data.data_dir", "meta.parallel", "meta.inner_lr", "data.omniglot_zips"} <= set(meta)
+  assert not {"hypernet.chunk_size", "data.test_fraction"} & set(meta)

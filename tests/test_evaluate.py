@@ -68,13 +68,25 @@ def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tm
       [sys.executable, "-m", "hypernet.evaluate", f"--workdir={workdir}",
        f"--export={model_path}"], cwd=REPO, capture_output=True, text=True, timeout=240)
   assert out.returncode == 0, out.stderr[-3000:]
-  printed = json.loads(out.stdout[out.stdout.index("{"):])
+  with open(workdir / "eval_step150.json") as f:
+    printed = json.load(f)
   assert printed["step"] == 150 and printed["checkpoint"].endswith("ckpt-150")
   assert printed["accuracy"] == pytest.approx(result["accuracy"], abs=1e-12)
   assert printed["loss"] == pytest.approx(result["loss"], rel=1e-6)
-  with open(workdir / "eval_step150.json") as f:
-    assert json.load(f)["accuracy"] == printed["accuracy"]
   assert 0.2 < printed["accuracy"] < 1.0  # Well above chance (0.1), not perfect.
+  # A table, and how to use the exported file: its input contract.
+  assert out.stdout.splitlines() == [
+      f"Evaluated step 150 ({workdir}/checkpoints/ckpt-150):",
+      f"  accuracy   {100 * printed['accuracy']:.2f}%",
+      f"  loss       {printed['loss']:.4g}",
+      f"  metrics:   {workdir}/eval_step150.json",
+      f"Exported the target network to {model_path}",
+      "  input:     float32 [batch, 8, 8, 1]: raw pixel values 0..16 as the data set stores "
+      "them (the model scales them by 1/16 itself)",
+      "  output:    logits [batch, 10] (apply a softmax for probabilities, or export with "
+      "--export_softmax)",
+      "  load:      keras.models.load_model(path): Keras alone, no hypernet import"]
+  assert printed["export_contract"]["output"].startswith("logits [batch, 10]")
 
   # The exported model takes the stored pixels (digits: 0..16) and scales them itself.
   data = load_digits()
@@ -92,7 +104,9 @@ def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tm
   np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-5, atol=1e-5)
   # --export_softmax: class probabilities.
   probs_path = tmp_path / "digits_probs.keras"
-  evaluate.evaluate(str(workdir), export_path=str(probs_path), output="", softmax=True)
+  contract = evaluate.evaluate(str(workdir), export_path=str(probs_path), output="",
+                               softmax=True)["export_contract"]
+  assert contract["output"] == "class probabilities [batch, 10] (a softmax)"
   probs = keras.models.load_model(probs_path).predict(raw, verbose=0)
   np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
   np.testing.assert_allclose(probs, tf.nn.softmax(expected).numpy(), rtol=1e-4, atol=1e-6)
@@ -130,7 +144,7 @@ def test_errors_name_the_problem(run, tmp_path):
   workdir, _ = run
   with pytest.raises(FileNotFoundError, match=r"ckpt-7 does not exist; present: .*ckpt-150"):
     evaluate.evaluate(str(workdir), checkpoint=7, output="")
-  with pytest.raises(FileNotFoundError, match=r"config\.json does not exist"):
+  with pytest.raises(FileNotFoundError, match=r"holds no config\.json"):
     evaluate.evaluate(str(tmp_path))
   # A run whose config.json names a data folder that is not there from here (a relative
   # path saved as given): the error says to pass --data_dir.

@@ -133,6 +133,7 @@ def test_two_workers_agree_and_only_the_chief_writes(tmp_path):
 FAULT_STEPS = 160
 FAULT_CONFIG = {  # digits_hyper, small.
     "jit_compile": "false", "num_steps": FAULT_STEPS, "batch_size": 32, "log_every": 5,
+    "console_every": 5,  # The test waits for progress lines of given steps.
     "checkpoint_every": 20, "eval_every": 0, "summaries.every": 0, "model.dropout": 0.0,
     "model.conv_widths": (8,), "model.dense_widths": (16,), "hypernet.chunk_size": 256,
     "hypernet.hidden": (16,)}

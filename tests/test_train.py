@@ -55,10 +55,59 @@ def test_main_job_reaches_97_percent_on_digits(tmp_path):
   with open(tmp_path / "final_metrics.json") as f:
     assert json.load(f)["accuracy"] == pytest.approx(result["accuracy"])
   train_tags = _scalar_tags(tmp_path / "train")
-  for tag in ("loss", "accuracy", "learning_rate", "steps_per_sec", "grad_norm"):
+  for tag in ("loss", "accuracy", "optimizer/learning_rate", "speed/steps_per_sec",
+              "optimizer/grad_norm"):
     assert tag in train_tags, train_tags.keys()
   assert max(train_tags["loss"]) == 3000
-  assert "accuracy" in _scalar_tags(tmp_path / "eval") and "config" in train_tags
+  eval_tags = _scalar_tags(tmp_path / "eval")
+  assert "accuracy" in eval_tags and "config" in train_tags
+  assert_tensorboard_opens_on_the_truth(tmp_path, result)
+
+
+def assert_tensorboard_opens_on_the_truth(workdir, result):
+  """What TensorBoard shows first tells the truth about the run.
+
+  * With its default smoothing (0.6: a debiased moving average over the points,
+    summaries.smoothed) the eval curves end within 0.5 percentage points (accuracy) / 10%
+    (loss) of the final values;
+  * Time Series groups every tag (scalars, histograms, images of both runs) by its first
+    path component, sorts the groups by name and expands the first two: they are the
+    accuracy and loss cards;
+  * the Text tab's config lists the fields this run uses, as written on the command line.
+  """
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
+  evals = summaries.read_scalars(str(workdir / "eval"))
+  for tag, tolerance in (("accuracy", 0.005), ("loss", 0.1 * result["loss"])):
+    values = [v for _, v in evals[tag]]
+    assert values[-1] == pytest.approx(result[tag], rel=1e-6)
+    assert abs(summaries.smoothed(values)[-1] - values[-1]) <= tolerance, (tag, values)
+  tags = _time_series_tags(workdir / "train") | _time_series_tags(workdir / "eval")
+  groups = sorted({t.split("/", 1)[0] for t in tags})  # (no digits: plain order is natural)
+  assert groups[:2] == ["accuracy", "loss"], groups
+  config_text = _text(workdir / "train", "config")
+  assert "!!python" not in config_text and "| `hypernet.chunk_size` | `1024` |" in config_text
+  assert "`model.conv_widths` | `(32, 64)`" in config_text
+  assert "continual." not in config_text and "meta.inner_lr" not in config_text
+
+
+def _time_series_tags(logdir):
+  """The tags TensorBoard's Time Series tab shows: scalars, histograms and images."""
+  tags = set()
+  for f in tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    for e in tf.compat.v1.train.summary_iterator(f):
+      for v in e.summary.value:
+        if v.metadata.plugin_data.plugin_name in ("scalars", "histograms", "images"):
+          tags.add(v.tag)
+  return tags
+
+
+def _text(logdir, tag):
+  for f in tf.io.gfile.glob(os.path.join(logdir, "events.out.tfevents.*")):
+    for e in tf.compat.v1.train.summary_iterator(f):
+      for v in e.summary.value:
+        if v.tag == tag:
+          return tf.make_ndarray(v.tensor).item().decode()
+  raise AssertionError(f"no text {tag!r} in {logdir}")
 
 
 def test_resume_matches_uninterrupted_run(tmp_path):
@@ -135,3 +184,55 @@ def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
   assert (tmp_path / "config.json").read_text() == original
   resumed = json.loads((tmp_path / "config_resumed_at_20.json").read_text())
   assert resumed["optim"]["lr"] == 3e-3 and resumed["num_steps"] == 40
+
+
+def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypatch, caplog):
+  """The tracing of the first chunk (made to take 1000 s on a fake clock) is neither in
+  the first rate nor in the ETA; it is reported on its own line; 200 steps logged every
+  10 give 10 console lines (every 20 steps) while TensorBoard keeps all 20 points."""
+  import types  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
+  offset = [0.0]
+  real_time = time.time
+  monkeypatch.setattr(loop, "time", types.SimpleNamespace(time=lambda: real_time() + offset[0]))
+  original, calls = loop.Trainer.train_chunk_sums, []
+
+  def train_chunk_sums(self, iterator, num_steps):
+    out = original(self, iterator, num_steps)
+    if not calls:
+      offset[0] += 1000.0
+    calls.append(num_steps)
+    return out
+
+  monkeypatch.setattr(loop.Trainer, "train_chunk_sums", train_chunk_sums)
+  config = _small_config(num_steps=200, log_every=10, eval_every=0, checkpoint_every=200)
+  config.summaries.every = 0
+  config.hypernet.kind = "none"
+  assert loop.console_interval(config) == 20
+  with caplog.at_level("INFO"):
+    loop.train_and_evaluate(config, str(tmp_path))
+  messages = [r.getMessage() for r in caplog.records]
+  assert calls[0] == 1  # The first chunk is one step: the one that traces.
+  compiled = [m for m in messages if m.startswith("Compiled in ")]
+  assert len(compiled) == 1 and float(compiled[0].split()[2]) >= 1000.0
+  progress = [m for m in messages if m.startswith("step ")]
+  assert [int(m.split()[1].split("/")[0]) for m in progress] == list(range(20, 201, 20))
+  rates = [float(m.split(" steps/s")[0].rsplit(" ", 1)[1]) for m in progress]
+  etas = [float(m.rsplit("ETA ", 1)[1].rstrip("s")) for m in progress]
+  assert min(rates) > 5 and etas[0] < 500, progress  # 1000 s of tracing would show.
+  speed = dict(summaries.read_scalars(str(tmp_path / "train"))["speed/steps_per_sec"])
+  assert sorted(speed) == list(range(10, 201, 10)) and speed[10] > 5
+
+
+@pytest.mark.parametrize("num_steps, log_every, eval_every, expected", [
+    (3000, 100, 200, 400),     # the main job: 8 lines, each with its step's evaluation
+    (3000, 100, 1000, 300),    # rarer evaluations get lines of their own
+    (1000, 100, 0, 100), (7, 7, 7, 7), (100000, 10, 0, 10000), (250, 100, 100, 100),
+    (6000, 100, 1000, 600), (3000, 30, 200, 600)])
+def test_console_interval_is_about_ten_lines_a_multiple_of_log_every(
+    num_steps, log_every, eval_every, expected):
+  config = _small_config(num_steps=num_steps, log_every=log_every, eval_every=eval_every)
+  every = loop.console_interval(config)
+  assert every == expected and every % log_every == 0 and num_steps / every <= 10
+  config.console_every = 2 * log_every  # Asked for: every line there is.
+  assert loop.console_interval(config) == 2 * log_every

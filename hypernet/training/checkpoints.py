@@ -166,6 +166,15 @@ class WorkdirLock:
     self.release()
 
 
+_EXITED_BY_SIGNAL: Optional[int] = None
+
+
+def exited_by_signal() -> Optional[int]:
+  """The signal a :class:`SignalCatcher` re-delivered by :meth:`SignalCatcher.exit_by_signal`
+  (after the train loop saved a checkpoint and said so), else ``None``."""
+  return _EXITED_BY_SIGNAL
+
+
 class SignalCatcher:
   """Records termination signals so that training can checkpoint before exiting.
 
@@ -246,9 +255,11 @@ class SignalCatcher:
       SystemExit: ``128 + signum`` when the previous handler returned (a handler of the
         caller's own), so that a stopped run never carries on as if it had finished.
     """
+    global _EXITED_BY_SIGNAL
     signum = self.received
     self._restore()
     if signum is not None:
+      _EXITED_BY_SIGNAL = signum
       signal.raise_signal(signum)
       raise SystemExit(128 + signum)
 

@@ -14,9 +14,17 @@ TensorFlow is imported so that its native start-up lines can be filtered.
   order, to that config), and every parsing error (unknown flag or config field, missing
   config file, bad value) printed as one line that names it, exit status 1, before
   anything is created.
-* :func:`run_main` -- runs an entry point's work: a user error (:func:`user_errors`) is
-  one line and exit status 1; Ctrl-C ends with exit status 130 and no traceback.
-* :func:`closing_summary` -- the block a training run ends with.
+  An unknown flag that is a config field written without ``config.`` (``--num_steps=5``,
+  ``--lr=0.1``) gets the flag to use (``--config.num_steps=5``, ``--config.optim.lr=0.1``).
+* :func:`check_train_args`, :func:`read_workdir_config`, :func:`check_checkpoint_exists`
+  -- what the entry points check before the TensorFlow import (seconds), so that a user
+  error is reported at once.
+* :func:`run_main` -- runs an entry point's work with short time-stamped log lines
+  (:class:`ShortFormatter`): a user error (:func:`user_errors`) is one line
+  ``<program>: error: <message>`` (the form of flag errors) and exit status 1; Ctrl-C
+  ends with exit status 130 and no traceback (:func:`run_entry_point` covers flag
+  parsing too).
+* :func:`closing_summary` -- the block a training run ends with, with the next commands.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from typing import Callable, List, Mapping, Optional
 
 from hypernet.training.console import format_metrics  # pylint: disable=unused-import
@@ -93,7 +102,7 @@ class _ProjectInfoOnly(py_logging.Filter):
 
   def __init__(self):
     super().__init__()
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hypernet/
     self._roots = (package + os.sep,
                    os.path.join(os.path.dirname(package), "experiments") + os.sep)
 
@@ -102,14 +111,29 @@ class _ProjectInfoOnly(py_logging.Filter):
         os.path.abspath(record.pathname).startswith(self._roots)
 
 
+class ShortFormatter(py_logging.Formatter):
+  """``12:04:31 step 300/3000 ...``: a log line with a short time stamp instead of absl's
+  56-character prefix (severity, date, microseconds, thread id, file:line); warnings and
+  errors say so (``12:04:31 warning: ...``)."""
+
+  def format(self, record: py_logging.LogRecord) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+    level = "" if record.levelno < py_logging.WARNING else \
+        ("warning: " if record.levelno < py_logging.ERROR else "error: ")
+    return f"{stamp} {level}{record.getMessage()}"
+
+
 def configure_logging(verbose: bool) -> None:
-  """The project's INFO lines on; other libraries' INFO lines (TensorFlow logs
-  ``Sharding callback duration`` through absl at every checkpoint) off unless
-  ``verbose`` (then absl's ``--verbosity`` decides)."""
+  """The project's INFO lines on, each with a short time stamp (:class:`ShortFormatter`);
+  other libraries' INFO lines (TensorFlow logs ``Sharding callback duration`` through
+  absl at every checkpoint) off. With ``verbose`` absl's own format and ``--verbosity``
+  decide. TensorFlow-free: call it before the TensorFlow import."""
   from absl import logging  # pylint: disable=g-import-not-at-top
   if not verbose:
     logging.set_verbosity(logging.INFO)
-    logging.get_absl_handler().addFilter(_ProjectInfoOnly())
+    handler = logging.get_absl_handler()
+    handler.addFilter(_ProjectInfoOnly())
+    handler.setFormatter(ShortFormatter())
     for name in ("tensorflow", "keras", "h5py", "matplotlib", "PIL"):
       py_logging.getLogger(name).setLevel(py_logging.WARNING)
 
@@ -180,13 +204,54 @@ def _field_error(config, dotted: str) -> Optional[str]:
   for part in dotted.split("."):
     keys = list(node.keys()) if hasattr(node, "keys") else []
     if part not in keys:
+      nested = [f"{done}.{path}" for path in _leaf_paths(node) if path.endswith("." + part)]
       close = difflib.get_close_matches(part, keys, n=1)
-      hint = f" Did you mean {done}.{close[0]}?" if close else \
-          (f" Its fields: {', '.join(sorted(keys))}." if keys else "")
+      hint = (f" Did you mean {_either(nested)}?" if nested else
+              f" Did you mean {done}.{close[0]}?" if close else
+              f" Its fields: {', '.join(sorted(keys))}." if keys else "")
       what = f"{done} has no field {part!r}." if keys else f"{done} is not a group of fields."
       return what + hint
     node, done = node[part], f"{done}.{part}"
   return None
+
+
+def _leaf_paths(node, prefix: str = "") -> List[str]:
+  """Dotted paths of the leaf fields under a config (``["optim.lr", ...]``)."""
+  out = []
+  for key in (node.keys() if hasattr(node, "keys") else ()):
+    if hasattr(node[key], "keys"):
+      out += _leaf_paths(node[key], f"{prefix}{key}.")
+    else:
+      out.append(f"{prefix}{key}")
+  return out
+
+
+def _either(options: List[str]) -> str:
+  return options[0] if len(options) == 1 else \
+      ", ".join(options[:-1]) + " or " + options[-1]
+
+
+def unknown_flag_hint(name: str, argv: List[str]) -> Optional[str]:
+  """The message for an unknown flag ``--<name>`` that is a config field written without
+  ``config.``: ``--num_steps=5`` -> ``Unknown flag --num_steps=5; did you mean
+  --config.num_steps=5?``, ``--lr`` -> ``--config.optim.lr`` (the schema's leaf fields by
+  full dotted path or by last name, then the closest last name). ``None`` when no field
+  is close."""
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  paths = _leaf_paths(config_lib.base_config())
+  matches = [p for p in paths if p == name] or \
+      [p for p in paths if p.rsplit(".", 1)[-1] == name]
+  if not matches:
+    close = difflib.get_close_matches(name, [p.rsplit(".", 1)[-1] for p in paths], n=1,
+                                      cutoff=0.8)
+    matches = [p for p in paths if close and p.rsplit(".", 1)[-1] == close[0]]
+  if not matches:
+    return None
+  typed = next((a.lstrip("-") for a in argv[1:]
+                if a.lstrip("-").split("=", 1)[0] == name), name)
+  value = typed[len(name):]  # "=5" or "".
+  return (f"Unknown flag --{typed}; did you mean "
+          f"{_either([f'--config.{m}{value}' for m in matches])}?")
 
 
 def _one_line(error: BaseException) -> str:
@@ -231,6 +296,9 @@ def parse_flags(argv: List[str]) -> List[str]:
     message = None
     try:
       message = _config_file_error(_config_args(argv))
+      if message is None and isinstance(e, flags.UnrecognizedFlagError) and \
+          "config" in flags.FLAGS:
+        message = unknown_flag_hint(e.flagname, argv)
     except Exception:  # pylint: disable=broad-except
       pass
     sys.stderr.write(f"{program}: error: {message or _one_line(e)}\n")
@@ -238,36 +306,80 @@ def parse_flags(argv: List[str]) -> List[str]:
 
 
 # -- running an entry point --------------------------------------------------------------
+def program_name(argv: Optional[List[str]] = None) -> str:
+  """The name user errors start with: ``train.py`` for ``python -m hypernet.train``."""
+  argv = sys.argv if argv is None else argv
+  program = os.path.basename(argv[0]) if argv else "hypernet"
+  return "hypernet" if program in ("__main__.py", "-m", "-c", "") else program
+
+
 def user_errors() -> tuple:
-  """Errors whose message tells the user what to fix; entry points print them without a
-  Python traceback (``--traceback`` shows it)."""
-  from hypernet.training import checkpoints, config_lib, export, loop  # pylint: disable=g-import-not-at-top
-  return (config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-          checkpoints.WorkdirInUseError, loop.NonFiniteLossError, loop.WorkdirWriteError,
-          export.ExportPathError,
-          export.ExportConditionError)
+  """Errors whose message tells the user what to fix; entry points print them as one line
+  without a Python traceback (``--traceback`` shows it). TensorFlow-free: the errors of
+  modules that import TensorFlow are included once they are loaded."""
+  from hypernet.training import config_lib, export  # pylint: disable=g-import-not-at-top
+  errors = [config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
+            export.ExportPathError, export.ExportConditionError]
+  for module, name in (("hypernet.training.checkpoints", "WorkdirInUseError"),
+                       ("hypernet.training.loop", "NonFiniteLossError"),
+                       ("hypernet.training.loop", "WorkdirWriteError")):
+    if module in sys.modules:
+      errors.append(getattr(sys.modules[module], name))
+  return tuple(errors)
 
 
-def run_main(fn: Callable[[], None], traceback: bool = False) -> None:
-  """Calls ``fn()``: a :func:`user_errors` error is logged as one message and exits 1;
-  Ctrl-C (``KeyboardInterrupt``, raised after the train loop saved its checkpoint and
-  said so) exits with status 130 and no traceback."""
-  from absl import logging  # pylint: disable=g-import-not-at-top
+def fail(message: str, program: Optional[str] = None) -> None:
+  """Prints ``<program>: error: <message>`` (one line, as flag errors are) and exits 1."""
+  sys.stdout.flush()
+  sys.stderr.write(f"{program or program_name()}: error: {message}\n")
+  sys.stderr.flush()
+  raise SystemExit(1)
+
+
+def _stop_was_reported() -> bool:
+  """Whether the train loop saved a checkpoint and said so before re-raising Ctrl-C."""
+  checkpoints = sys.modules.get("hypernet.training.checkpoints")
+  return bool(checkpoints is not None and checkpoints.exited_by_signal())
+
+
+def run_main(fn: Callable[[], None], traceback: bool = False,
+             interrupted: str = "stopped by Ctrl-C.") -> None:
+  """Runs an entry point's work ``fn()`` with the console set up (:func:`configure_logging`).
+
+  * a :func:`user_errors` error: one line ``<program>: error: <message>`` (the form of
+    flag errors, no exception class), exit status 1;
+  * Ctrl-C: exit status 130 and no traceback; after the train loop saved a checkpoint
+    and said so, nothing more, otherwise (start-up, TensorFlow import, evaluation) the
+    one line ``<program>: <interrupted>``.
+  """
+  configure_logging(verbose_requested(sys.argv))
   try:
     fn()
   except KeyboardInterrupt:
     if traceback:
       raise
+    if not _stop_was_reported():
+      sys.stderr.write(f"{program_name()}: {interrupted}\n")
     sys.stderr.flush()
     raise SystemExit(EXIT_INTERRUPTED) from None
-  except user_errors() as e:  # pylint: disable=catching-non-exception
-    if traceback:
+  except Exception as e:  # pylint: disable=broad-except
+    if traceback or not isinstance(e, user_errors()):
       raise
-    logging.error("%s: %s", type(e).__name__, e)
     # A checkpoint that did not fit: TensorFlow would list every unrestored value when the
     # failed restore is garbage collected at exit, after the one line that says it all.
     py_logging.getLogger("tensorflow").addFilter(_drop_unrestored_value_warnings)
-    raise SystemExit(1) from None
+    fail(_one_line(e))
+
+
+def run_entry_point(main: Callable) -> None:
+  """``absl.app.run(main, flags_parser=parse_flags)`` where a Ctrl-C before ``main`` runs
+  (flag parsing) also exits 130 with one line instead of a traceback."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except KeyboardInterrupt:
+    sys.stderr.write(f"{program_name()}: stopped by Ctrl-C.\n")
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def _drop_unrestored_value_warnings(record) -> bool:
@@ -284,6 +396,81 @@ def check_workdir_is_folder(workdir: str, flag: str = "--workdir") -> None:
     raise NotADirectoryError(f"{flag} must be a folder: {workdir} is a file.")
 
 
+# -- checks before the TensorFlow import -------------------------------------------------
+def _local(path: str) -> bool:
+  return "://" not in str(path)
+
+
+def check_train_args(config, workdir: str) -> None:
+  """What ``python -m hypernet.train`` can check without TensorFlow, so that a user error
+  is reported in a second instead of after the TensorFlow import: the config
+  (:func:`hypernet.training.config_lib.validate`: fields, types, ranges such as
+  ``num_steps=0``), a workdir that is a file, and the IDX files of Fashion-MNIST / MNIST.
+
+  Raises:
+    ConfigError, NotADirectoryError, FileNotFoundError: naming the field, flag or file.
+  """
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  config_lib.validate(config)
+  check_workdir_is_folder(workdir)
+  if config.task not in ("few_shot", "sinusoid") and \
+      config.data.name in ("fashion_mnist", "mnist"):
+    from hypernet.data import idx  # pylint: disable=g-import-not-at-top (NumPy only)
+    idx.find_idx_dir(config.data.name, config.data.data_dir or None)
+
+
+def read_workdir_config(workdir: str, flag: str = "--workdir"):
+  """The config a training workdir holds (``workdir/config.json``), validated;
+  TensorFlow-free for local folders (``tf.io.gfile`` reads ``gs://``-style paths).
+
+  Raises:
+    NotADirectoryError: ``workdir`` is a file.
+    FileNotFoundError: ``workdir`` holds no ``config.json`` (it is missing, empty or not a
+      training workdir).
+    ConfigError: the file does not fit this version's config schema.
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  check_workdir_is_folder(workdir, flag)
+  path = os.path.join(workdir, "config.json")
+  if _local(path):
+    exists, opener = os.path.exists(path), open
+  else:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    exists, opener = tf.io.gfile.exists(path), tf.io.gfile.GFile
+  if not exists:
+    what = "does not exist" if not os.path.exists(workdir) or not _local(workdir) else \
+        "holds no config.json"
+    raise FileNotFoundError(f"{flag}={workdir} {what}: it must be a folder written by "
+                            "python -m hypernet.train.")
+  with opener(path) as f:
+    return config_lib.config_from_dict(json.load(f))
+
+
+def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:
+  """Fails TensorFlow-free when a local workdir has no checkpoint to evaluate (or not the
+  named one: a step number or a checkpoint prefix).
+
+  Raises:
+    FileNotFoundError: naming the checkpoint folder and what to do.
+  """
+  folder = os.path.join(workdir, "checkpoints")
+  if not _local(folder):
+    return
+  text = "" if checkpoint is None else str(checkpoint)
+  if not text:
+    if latest_checkpoint_step(folder) is None:
+      raise FileNotFoundError(f"No checkpoint in {folder}: train first (python -m "
+                              f"hypernet.train --workdir={workdir} ...).")
+    return
+  path = os.path.join(folder, f"ckpt-{text}") if text.isdigit() else text
+  if _local(path) and not os.path.exists(path + ".index"):
+    present = sorted((int(m.group(1)) for m in (re.match(r"ckpt-(\d+)\.index$", f)
+                      for f in (os.listdir(folder) if os.path.isdir(folder) else [])) if m))
+    raise FileNotFoundError(f"--checkpoint={checkpoint}: {path} does not exist; the steps "
+                            f"saved in {folder}: {present or 'none'}.")
+
+
 def latest_checkpoint_step(folder: str) -> Optional[int]:
   """The step of the checkpoint named by ``folder/checkpoint`` (CheckpointManager's
   state file), without importing TensorFlow."""
@@ -297,21 +484,24 @@ def latest_checkpoint_step(folder: str) -> Optional[int]:
 
 def closing_summary(result: Mapping, workdir: str) -> str:
   """The block a training run ends with: final test metrics (accuracy in %), steps, wall
-  time, where the results are and the TensorBoard command.
+  time, where the results are, and the next commands: evaluating / exporting the run and
+  TensorBoard.
 
   Args:
     result: ``loop.train_and_evaluate``'s return value (or ``final_metrics.json``).
     workdir: the run's folder.
 
   Returns:
-    Five lines (six with skipped steps), e.g.::
+    Six lines (seven with skipped steps), e.g.::
 
       Done: 3000 steps in 15.7 s.
         test:        accuracy 97.77%, loss 0.08019
         metrics:     /tmp/hypernet/digits_hyper/final_metrics.json
         checkpoints: /tmp/hypernet/digits_hyper/checkpoints (latest: step 3000)
+        export:      python -m hypernet.evaluate --workdir=/tmp/hypernet/digits_hyper --export=/tmp/hypernet/digits_hyper/target.keras
         TensorBoard: tensorboard --logdir /tmp/hypernet/digits_hyper
   """
+  import shlex  # pylint: disable=g-import-not-at-top
   skip = ("step", "start_step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
   checkpoints = os.path.join(workdir, "checkpoints")
@@ -320,13 +510,16 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   ran = (f" in {result.get('wall_time_sec', 0):.1f} s" if not start else
          f" (resumed at step {start}: {result.get('step', start) - start} steps in "
          f"{result.get('wall_time_sec', 0):.1f} s)")
+  quoted = shlex.quote(workdir)
+  target = shlex.quote(os.path.join(workdir, "target.keras"))
   lines = [
       f"Done: {result.get('step', '?')} steps{ran}.",
       "  test:        " + format_metrics(metrics),
       f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
                                          else ""),
-      f"  TensorBoard: tensorboard --logdir {workdir}",
+      f"  export:      python -m hypernet.evaluate --workdir={quoted} --export={target}",
+      f"  TensorBoard: tensorboard --logdir {quoted}",
   ]
   if result.get("skipped_steps"):
     lines.insert(2, f"  skipped non-finite steps: {result['skipped_steps']}")

@@ -146,6 +146,9 @@ def _check_values(config) -> None:
     value = config.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
       raise ConfigError(f"config.{name} must be a positive integer, got {value!r}.")
+  if config.console_every < 0 or config.console_every % config.log_every:
+    raise ConfigError(f"config.console_every={config.console_every} must be a multiple of "
+                      f"config.log_every={config.log_every} (0: about ten lines a run).")
   if not isinstance(config.eval_every, int) or config.eval_every < 0:
     raise ConfigError(f"config.eval_every must be an integer >= 0 (0: only at the end), got "
                       f"{config.eval_every!r}.")
@@ -434,7 +437,8 @@ def flatten(config, prefix: str = "") -> Dict[str, Any]:
 HPARAMS_FIRST = ("optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size", "num_steps",
                  "seed")
 # Fields that steer how a run is executed, observed or saved, not what it learns.
-_NOT_HPARAMS = ("summaries.", "fault.", "log_every", "eval_every", "checkpoint_every",
+_NOT_HPARAMS = ("summaries.", "fault.", "log_every", "console_every", "eval_every",
+                "checkpoint_every",
                 "checkpoint_keep", "deterministic", "jit_compile", "eval_batch_size",
                 "data.data_dir", "meta.parallel")
 _HYPERNET_KIND_FIELDS = {
@@ -453,10 +457,13 @@ _OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotatio
                   "image_size")
 
 
-def _field_used(config, field: str) -> bool:
-  """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`)."""
+def _field_used(config, field: str, hparams_only: bool = True) -> bool:
+  """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`);
+  ``hparams_only``: fields that steer execution (:data:`_NOT_HPARAMS`) count as unused."""
   if field.startswith(_NOT_HPARAMS):
-    return False
+    if hparams_only:
+      return False
+    return _execution_field_used(config, field)
   group, _, name = field.partition(".")
   meta = config.task in ("few_shot", "sinusoid")
   if group == "meta":
@@ -517,6 +524,31 @@ def _field_used(config, field: str) -> bool:
     return {"weight_decay": config.optim.name == "adamw",
             "momentum": config.optim.name == "sgd"}.get(name, True)
   return True
+
+
+# -- console: the fields a run uses (TensorBoard's Text tab) -----------------------------
+def _execution_field_used(config, field: str) -> bool:
+  """Whether a field that steers execution (:data:`_NOT_HPARAMS`) applies to this run."""
+  s, f = config.summaries, config.fault
+  if field.startswith("meta."):  # meta.parallel, meta.parallel_iterations
+    return config.task in ("few_shot", "sinusoid")
+  return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
+          "summaries.profile_start": bool(s.profile_steps),
+          "fault.max_skips": f.nonfinite == "skip",
+          "data.data_dir": config.data.name != "digits" and config.task != "sinusoid",
+          }.get(field, True)
+
+
+def used_fields(config) -> Dict[str, Any]:
+  """Every field the run that ``config`` describes reads, by dotted path in schema order:
+  :func:`hparams`' fields plus those that steer execution (intervals, summaries, fault
+  handling), without the groups and fields of other tasks, models, hypernetwork kinds
+  and optimisers. Values as in the config (tuples stay tuples).
+
+  Returns:
+    ``{"seed": 0, "task": "classification", "num_steps": 3000, ...}``.
+  """
+  return {k: v for k, v in flatten(config).items() if _field_used(config, k, False)}
 
 
 def hparams(config) -> Dict[str, Any]:
@@ -613,7 +645,7 @@ def base_config():
   c.batch_size = 64
   c.eval_batch_size = 256
   c.log_every = 100
-  c.eval_every = 500
+  c.eval_every = 100           # also at step 0 and at the end
   c.checkpoint_every = 500
   c.checkpoint_keep = 3
   c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
@@ -772,6 +804,9 @@ def base_config():
 
   # Observability and fault tolerance (hypernet/training/summaries.py, hypernet/training/checkpoints.py).
   c.deterministic = False      # enable TF op determinism: bitwise-identical CPU reruns
+  # Console (hypernet/training/loop.py): a progress line every console_every steps (a
+  # multiple of log_every); 0: about ten lines a run.
+  c.console_every = 0
   c.summaries = ml_collections.ConfigDict()
   c.summaries.every = 500      # weight histograms, kernel images, norms (0: off)
   c.summaries.kernel_images = 1  # draw the first N conv kernels as filter grids

@@ -4,12 +4,19 @@ from __future__ import annotations
 from typing import Mapping
 
 
-def _metric_text(name: str, value) -> str:
+def metric_value(name: str, value) -> str:
+  """A metric's value as the console shows it: accuracies and error rates (fractions, and
+  their ``_ci95`` half-widths) in percent (``98.61%``), other floats to 4 significant
+  digits (``0.08103``)."""
   if isinstance(value, float) and ("accuracy" in name or name.endswith("error")):
-    return f"{name} {100 * value:.2f}%"  # Fractions (and their CI95 half-widths) in %.
+    return f"{100 * value:.2f}%"
   if isinstance(value, float):
-    return f"{name} {value:.4g}"
-  return f"{name} {value}"
+    return f"{value:.4g}"
+  return f"{value}"
+
+
+def _metric_text(name: str, value) -> str:
+  return f"{name} {metric_value(name, value)}"
 
 
 def format_metrics(metrics: Mapping) -> str:

@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import os
 
-from typing import Optional
+from typing import Dict, Optional
 
-import keras
-import tensorflow as tf
-
-from hypernet.core import functional
-from hypernet.training import summaries
+# Keras, TensorFlow and the summaries are imported where they are used: the command line
+# checks an export path and condition (check_export_path, check_condition) before it
+# imports TensorFlow.
 
 
 def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
@@ -50,6 +48,10 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
     ValueError: the task has no ``target``; ExportConditionError (a ValueError):
       ``condition`` is out of range.
   """
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   target = getattr(task, "target", None)
   if target is None:
     raise ValueError(f"Task {type(task).__name__} has no target network to export.")
@@ -147,6 +149,7 @@ def exported_model(task, condition: Optional[int] = None,
     ``[N, 8, 8, 1]``) through ``Rescaling(pixel_scale)`` (if the task has an image data
     set) and the target to logits (or probabilities) ``[N, num_classes]``.
   """
+  import keras  # pylint: disable=g-import-not-at-top
   target = target_for_export(task, condition)
   scale = input_scale(task)
   if scale is None and not softmax:
@@ -157,6 +160,37 @@ def exported_model(task, condition: Optional[int] = None,
   if softmax:
     outputs = keras.layers.Softmax(name="probabilities")(outputs)
   return keras.Model(inputs, outputs, name=f"{target.name}_exported")
+
+
+def input_contract(task, model, softmax: bool = False) -> Dict[str, str]:
+  """What an exported model takes and returns, in words for the console.
+
+  Args:
+    task: the built task the model was exported from.
+    model: the exported model (:func:`exported_model`).
+    softmax: whether it ends in a softmax.
+
+  Returns:
+    ``{"input": "float32 [batch, 8, 8, 1]: raw pixel values 0..16 (the model scales them
+    by 1/16 itself)", "output": "logits [batch, 10] (softmax gives probabilities)",
+    "load": "keras.models.load_model(path) (Keras alone; no hypernet import)"}``.
+  """
+  shape = ", ".join(["batch"] + [str(d) for d in model.inputs[0].shape[1:]])
+  dtype = getattr(model.inputs[0], "dtype", "float32")
+  dtype = getattr(dtype, "name", dtype)
+  scale = input_scale(task)
+  if scale is not None:
+    top = round(1.0 / scale)
+    values = (f"raw pixel values 0..{top} as the data set stores them (the model scales "
+              f"them by 1/{top} itself)")
+  else:
+    values = "inputs as the training episodes feed them"
+  out = ", ".join(["batch"] + [str(d) for d in model.outputs[0].shape[1:]])
+  output = (f"class probabilities [{out}] (a softmax)" if softmax else
+            f"logits [{out}] (apply a softmax for probabilities, or export with "
+            "--export_softmax)")
+  return {"input": f"{dtype} [{shape}]: {values}", "output": output,
+          "load": "keras.models.load_model(path): Keras alone, no hypernet import"}
 
 
 def export_target(task, path: str, condition: Optional[int] = None,

@@ -778,6 +778,33 @@ def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float
     trainer.close()
 
 
+# Tags of the train run's scalars besides the task's metrics: grouped so that TensorBoard
+# (which sorts and groups tags by their first path component, and expands the first two
+# groups) opens on the metrics (accuracy, loss); see summaries.py.
+TRAIN_TAGS = {"learning_rate": "optimizer/learning_rate", "grad_norm": "optimizer/grad_norm",
+              "steps_per_sec": "speed/steps_per_sec",
+              "examples_per_sec": "speed/examples_per_sec"}
+
+
+def train_tags(metrics: Dict[str, float]) -> Dict[str, float]:
+  """The train run's TensorBoard tags for a progress point's values (:data:`TRAIN_TAGS`)."""
+  return {TRAIN_TAGS.get(k, k): v for k, v in metrics.items()}
+
+
+def console_interval(config) -> int:
+  """Steps between progress lines on the console: ``config.console_every``, or when it is
+  0 about ten lines a run (at most), a multiple of ``config.log_every`` (TensorBoard
+  still gets a point every ``log_every`` steps) and, when evaluations are more frequent
+  than that, of ``config.eval_every``, so that every line shows the evaluation of its
+  step."""
+  if config.get("console_every"):
+    return int(config.console_every)
+  unit = config.log_every
+  if 0 < config.eval_every <= config.num_steps / 10:
+    unit = math.lcm(unit, config.eval_every)
+  return unit * max(1, math.ceil(config.num_steps / (10 * unit)))
+
+
 def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, float]:
   """Runs chunks of steps to ``config.num_steps`` with events between them."""
   from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
@@ -827,15 +854,26 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   iterator = trainer.train_iterator(start)
   step = start
   eval_metrics: Dict[str, float] = {}
-  if step == 0 and total > 0:  # (A resumed run wrote these before it stopped.)
-    if model_summaries:
+  eval_history: List[Dict[str, float]] = []  # This process's evaluations, in step order.
+  # Tracing the step functions (the model summaries, the evaluation, the first chunk)
+  # takes seconds each: said before each, so the console is never silent for long.
+  if step == 0 and total > 0 and (model_summaries or config.eval_every > 0):
+    logging.info("Compiling the %s and %s step 0 ...",
+                 "summaries" if model_summaries else "evaluation",
+                 "evaluating" if config.eval_every > 0 else "writing")
+    if model_summaries:  # (A resumed run wrote these before it stopped.)
       model_summaries.write(writer, step)
     if config.eval_every > 0:
-      writer.scalars(0, trainer.evaluate(), "eval")
+      eval_history.append(trainer.evaluate())
+      writer.scalars(0, eval_history[-1], "eval")
+  logging.info("Compiling the train step ...")
+  compile_t = time.time()
   last_t, last_step = time.time(), step
-  # The ETA uses steady-state steps: the first chunk of a process (one step) carries the
-  # tracing of the step function, so the clock for the ETA starts after it.
+  # Rates and the ETA use steady-state steps: the first chunk of a process (one step)
+  # carries the tracing of the step function, so their clocks start after it.
   steady_t, steady_step = None, None
+  console_every = console_interval(config)
+  console_t, console_step = last_t, step
   skipped: List[int] = []
   saved_step = start  # Restored, or the step-0 save: the same on every worker.
   pending: Dict[str, Tuple[float, float]] = {}  # Metric sums since the last log point.
@@ -889,26 +927,41 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     pending = {k: (pending.get(k, (0.0, 0.0))[0] + v[0], pending.get(k, (0.0, 0.0))[1] + v[1])
                for k, v in sums.items()}
     now = time.time()
-    if steady_t is None:
+    if steady_t is None:  # The first chunk (one step) traced the step: not timed.
       steady_t, steady_step = now, step
-    if step % config.log_every == 0 or step == total:
-      rate = (step - last_step) / max(now - last_t, 1e-9)
+      last_t, last_step = console_t, console_step = now, step
+      logging.info("Compiled in %.1f s; training (a line every %d steps) ...",
+                   now - compile_t, console_every)
+    logged = step % config.log_every == 0 or step == total
+    if logged:
+      rate = (step - last_step) / max(now - last_t, 1e-9) if step > last_step else 0.0
       metrics = objectives.finalize(pending)
       pending = {}
       metrics.update(learning_rate=trainer.learning_rate(), steps_per_sec=rate,
                      examples_per_sec=rate * config.batch_size)
-      writer.scalars(step, metrics, "train")
-      eta = (f"ETA {(total - step) * (now - steady_t) / (step - steady_step):.0f}s"
-             if step > steady_step else "ETA after the next log")
-      shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
-                        if k in metrics and math.isfinite(metrics[k]))
-      logging.info("step %d/%d  %s  %.1f steps/s  %s", step, total, shown, rate, eta)
+      writer.scalars(step, train_tags(metrics), "train")
       last_t, last_step = now, step
     if model_summaries and step % config.summaries.every == 0:
       model_summaries.write(writer, step)
-    if (config.eval_every > 0 and step % config.eval_every == 0) or step == total:
+    evaluated = (config.eval_every > 0 and step % config.eval_every == 0) or step == total
+    if evaluated:
       eval_metrics = trainer.evaluate()
+      eval_history.append(eval_metrics)
       writer.scalars(step, eval_metrics, "eval")
+    if logged and (step % console_every == 0 or step == total):
+      # One console line per console_every steps: the last log_every steps' training
+      # metrics, the evaluation of this step if there was one, the rate since the last
+      # line (steady state) and the ETA.
+      rate = (step - console_step) / max(now - console_t, 1e-9) if step > console_step \
+          else 0.0
+      eta = (f"ETA {(total - step) * (now - steady_t) / (step - steady_step):.0f}s"
+             if step > steady_step else "ETA after the next line")
+      shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
+                        if k in metrics and math.isfinite(metrics[k]))
+      also = f"  | eval {console.format_metrics(eval_metrics)} |" if evaluated else ""
+      logging.info("step %d/%d  %s%s  %.0f steps/s  %s", step, total, shown, also, rate, eta)
+      console_t, console_step = now, step
+    elif evaluated and config.eval_every >= console_every:
       logging.info("eval at step %d: %s", step, console.format_metrics(eval_metrics))
     if hasattr(trainer.task, "on_event"):  # Task events (continual: end of a task).
       trainer.task.on_event(trainer, step, writer)
@@ -943,6 +996,15 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     result.update(trainer.task.final_metrics())
   writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
   writer.flush()
+  if is_chief:
+    # How TensorBoard's default smoothing draws the eval curves: from this process's
+    # evaluations for a fresh run, from the event files for a resumed one.
+    note = summaries.series_smoothing_note(
+        {k: [m[k] for m in eval_history if k in m] for k in trainer.metric_names},
+        trainer.metric_names) if start == 0 else \
+        summaries.smoothing_note(os.path.join(workdir, "eval"), trainer.metric_names)
+    if note:
+      logging.warning(note)
   if is_chief:
     with tf.io.gfile.GFile(os.path.join(workdir, "final_metrics.json"), "w") as f:
       json.dump(result, f, indent=2)

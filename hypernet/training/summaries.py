@@ -3,12 +3,14 @@
 Runs (sub-folders of the workdir, as TensorBoard shows them; nothing is written in the
 workdir itself, so there is no run named ``.``):
 
-* ``train/`` -- scalars every ``config.log_every`` steps (loss, accuracy, learning rate,
-  steps/s, examples/s, gradient norm), the config and the parameter counts as text, and
-  every ``config.summaries.every`` steps the *model summaries* of :class:`ModelSummaries`:
-  histograms of each generated weight tensor and of the chunk/condition embeddings,
-  conv kernels drawn as filter grids, per-tensor norms of the generated weights, of
-  the gradients and of the updates; an optional profiler trace (``plugins/profile``);
+* ``train/`` -- scalars every ``config.log_every`` steps (the task's metrics such as
+  ``loss`` and ``accuracy``; ``optimizer/learning_rate``, ``optimizer/grad_norm``,
+  ``speed/steps_per_sec``, ``speed/examples_per_sec``), the config (the fields the run
+  uses) and the parameter counts as text, and every ``config.summaries.every`` steps the
+  *model summaries* of :class:`ModelSummaries` under ``weights/``: histograms of each
+  generated weight tensor and of the chunk/condition embeddings, conv kernels drawn as
+  filter grids, per-tensor norms of the generated weights, of the gradients and of the
+  updates; an optional profiler trace (``plugins/profile``);
 * ``eval/`` -- evaluation metrics (at step 0, every ``eval_every`` steps and at the
   end), the final metrics as a text table, and the hparams plugin's session: the fields
   the run uses (:func:`hypernet.training.config_lib.hparams`) and the parameter counts as
@@ -16,6 +18,13 @@ workdir itself, so there is no run named ``.``):
   holds its metrics, so the HParams table is filled both with ``tensorboard
   --logdir=WORKDIR`` and with ``--logdir=PARENT`` (TensorBoard looks metrics up in the
   session's run folder).
+
+Tag names put the metrics first: TensorBoard groups tags by their first path component,
+sorts the groups by name and expands the first two, so every other tag lives in a group
+that sorts after ``loss`` (``optimizer/``, ``speed/``, ``weights/``) and the landing view
+shows the ``accuracy`` and ``loss`` cards (train and eval runs in one card each).
+:func:`smoothed` is TensorBoard's default smoothing of a series, for checking that the
+default view shows a run's final values (the loop warns when it would not).
 
 A resumed run first writes a *restart marker* (``SessionLog.START`` events, in a small
 events file of their own) into each run that already has events: TensorBoard then drops
@@ -93,8 +102,12 @@ class Writer:
         tf.summary.text(k, v)
 
   def config(self, config) -> None:
-    """The config as a markdown code block under the ``config`` text tag."""
-    self.text(0, {"config": "```\n" + str(config) + "\n```"})
+    """The fields the run uses (:func:`hypernet.training.config_lib.used_fields`) as a
+    markdown table under the ``config`` text tag: one row per dotted field, values as
+    they are written on the command line (``(32, 64)``, ``'chunked'``)."""
+    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    rows = [f"| `{k}` | `{v!r}` |" for k, v in config_lib.used_fields(config).items()]
+    self.text(0, {"config": "\n".join(["| field | value |", "|---|---|"] + rows)})
 
   def hparams(self, config, metrics: Sequence[str], extra: Optional[Mapping] = None,
               trial_id: Optional[str] = None) -> None:
@@ -116,6 +129,10 @@ class Writer:
     from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
     values = dict(config_lib.hparams(config))
     values.update(extra or {})
+    # The HParams table prints numbers with 5 significant digits (64 as "64.000"):
+    # integers go in as text, so that they read as integers.
+    values = {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+              for k, v in values.items()}
     pb = summary_v2.hparams_config_pb(
         [hp.HParam(k) for k in values],
         [hp.Metric(tag, display_name=f"eval {tag}") for tag in metrics])
@@ -295,15 +312,16 @@ class ModelSummaries:
   At each call (every ``config.summaries.every`` steps) a separate ``tf.function``
   computes, on the training batch of the next step:
 
-  * ``generated/<path>`` histograms: each generated target tensor (``target/<path>``
-    for target weights trained directly); ``embeddings/<variable>``: chunk and
+  * ``weights/generated/<path>`` histograms: each generated target tensor
+    (``weights/target/<path>`` for target weights trained directly);
+    ``weights/embeddings/<variable>``: chunk and
     condition embeddings;
-  * ``kernels/<path>`` images: the first ``config.summaries.kernel_images`` conv kernels
+  * ``weights/kernels/<path>`` images: the first ``config.summaries.kernel_images`` conv kernels
     as filter grids (condition 0 of a conditional hypernetwork);
-  * scalars ``norm/<generated|target>/<path>`` (Frobenius norm of each weight tensor),
-    ``grad_norm/<variable>`` (gradient of the training loss w.r.t. each trainable
+  * scalars ``weights/norm/<generated|target>/<path>`` (Frobenius norm of each weight
+    tensor), ``weights/grad_norm/<variable>`` (gradient of the training loss w.r.t. each trainable
     variable: hypernetwork layers and directly trained target weights) and
-    ``update_norm/<variable>`` / ``update_ratio/<variable>`` (change of each variable
+    ``weights/update_norm/<variable>`` / ``weights/update_ratio/<variable>`` (change of each variable
     since the previous summary, absolute and relative to its norm).
 
   The forward pass's new state (BatchNorm statistics, dropout RNG) is discarded, so
@@ -344,21 +362,23 @@ class ModelSummaries:
       weights, grad_norms, _ = self._compute(self._batch(step))
     weights = {p: t.numpy() for p, t in weights.items()}
     kind = lambda p: "generated" if p in self.generated else "target"
-    histograms = {f"{kind(p)}/{p}": w for p, w in weights.items()}
-    histograms.update({f"embeddings/{p}": v.numpy() for p, v in self.embeddings.items()})
-    scalars = {f"norm/{kind(p)}/{p}": float(np.linalg.norm(w)) for p, w in weights.items()}
-    scalars.update({f"grad_norm/{p}": float(g) for p, g in grad_norms.items()})
+    histograms = {f"weights/{kind(p)}/{p}": w for p, w in weights.items()}
+    histograms.update({f"weights/embeddings/{p}": v.numpy()
+                       for p, v in self.embeddings.items()})
+    scalars = {f"weights/norm/{kind(p)}/{p}": float(np.linalg.norm(w))
+               for p, w in weights.items()}
+    scalars.update({f"weights/grad_norm/{p}": float(g) for p, g in grad_norms.items()})
     current = {variable_name(v): v.numpy() for v in self.variables}
     if self._previous is not None:
       for p, value in current.items():
         delta = float(np.linalg.norm(value - self._previous[p]))
-        scalars[f"update_norm/{p}"] = delta
-        scalars[f"update_ratio/{p}"] = delta / max(float(np.linalg.norm(value)), 1e-12)
+        scalars[f"weights/update_norm/{p}"] = delta
+        scalars[f"weights/update_ratio/{p}"] = delta / max(float(np.linalg.norm(value)), 1e-12)
     self._previous = current
     images = {}
     kernels = [(p, w) for p, w in weights.items() if p.endswith("kernel") and w.ndim in (4, 5)]
     for p, w in kernels[: self.config.summaries.kernel_images]:
-      images[f"kernels/{p}"] = kernel_grid(w[0] if w.ndim == 5 else w,
+      images[f"weights/kernels/{p}"] = kernel_grid(w[0] if w.ndim == 5 else w,
                                            self.config.summaries.max_filters)
     return {"histograms": histograms, "images": images, "scalars": scalars}
 
@@ -406,6 +426,74 @@ class Profiler:
     if self.active:
       tf.profiler.experimental.stop()
       self.active = False
+
+
+def smoothed(values: Sequence[float], weight: float = 0.6) -> List[float]:
+  """A series as TensorBoard's scalar charts draw it with smoothing ``weight`` (default
+  0.6): a debiased exponential moving average over the points in step order (the i-th
+  point is ``ema_i / (1 - weight**i)``); non-finite points and constant series are left
+  as they are (TensorBoard's ``resmoothDataset``).
+
+  Args:
+    values: the series' values in step order.
+    weight: TensorBoard's smoothing slider.
+
+  Returns:
+    The smoothed values, one per point.
+  """
+  values = [float(v) for v in values]
+  if not values or all(v == values[0] for v in values):
+    return list(values)
+  out, last, count = [], 0.0, 0
+  for v in values:
+    if not np.isfinite(v):
+      out.append(v)
+      continue
+    last, count = last * weight + (1 - weight) * v, count + 1
+    out.append(last / (1 - weight ** count) if weight != 1 else last)
+  return out
+
+
+def smoothing_note(logdir: str, tags: Sequence[str], weight: float = 0.6) -> Optional[str]:
+  """A warning when TensorBoard's default smoothing misdraws the last point of a run's
+  series (few points after a large change, e.g. a few evaluations starting at chance):
+  more than 0.5 percentage points for accuracies, more than 10% otherwise (a loss).
+
+  Args:
+    logdir: a run folder (``workdir/eval``).
+    tags: the tags to check (the task's metrics).
+    weight: TensorBoard's smoothing.
+
+  Returns:
+    e.g. ``"TensorBoard's default smoothing (0.6) draws the last eval accuracy as 89.57%
+    (the value is 98.61%, 4 points): set its Smoothing slider to 0 or evaluate more often
+    (config.eval_every)."``, or ``None``.
+  """
+  series = {tag: [v for _, v in points] for tag, points in read_scalars(logdir).items()}
+  return series_smoothing_note(series, tags, os.path.basename(os.path.normpath(logdir)),
+                               weight)
+
+
+def series_smoothing_note(series: Mapping[str, Sequence[float]], tags: Sequence[str],
+                          run: str = "eval", weight: float = 0.6) -> Optional[str]:
+  """:func:`smoothing_note` for series in memory: ``{tag: [value, ...]}`` in step order
+  (a fresh run's evaluations, without reading its event files back)."""
+  from hypernet.training import console  # pylint: disable=g-import-not-at-top
+  wrong = []
+  for tag in tags:
+    values = list(series.get(tag, []))
+    if len(values) < 2:
+      continue
+    drawn, value = smoothed(values, weight)[-1], values[-1]
+    fraction = "accuracy" in tag or tag.endswith("error")
+    if abs(drawn - value) > (0.005 if fraction else 0.1 * abs(value)):
+      wrong.append(f"{tag} as {console.metric_value(tag, drawn)} (the value is "
+                   f"{console.metric_value(tag, value)}, {len(values)} points)")
+  if not wrong:
+    return None
+  return (f"TensorBoard's default smoothing ({weight}) draws the last {run} "
+          f"{'; '.join(wrong)}: set its Smoothing slider to 0 or evaluate more often "
+          "(config.eval_every).")
 
 
 def read_scalars(logdir: str) -> Dict[str, List[Tuple[int, float]]]:
