@@ -35,7 +35,7 @@ setup(
         # matplotlib: tests of experiments/ plots; mkdocs: tests/test_docs.py builds the
         # API reference; tensorflow-datasets: the tfds: data plug-in's test (offline,
         # tfds.testing.mock_data).
-        "test": ["pytest", "matplotlib", "mkdocs>=1.6", "mkdocstrings[python]>=0.26",
+        "test": ["pytest", "pytest-xdist", "matplotlib", "mkdocs>=1.6", "mkdocstrings[python]>=0.26",
                  "tensorflow-datasets"],
         # The documentation site and API reference: mkdocs build --strict (mkdocs.yml).
         "docs": ["mkdocs>=1.6", "mkdocstrings[python]>=0.26"],
