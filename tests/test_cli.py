@@ -224,7 +224,7 @@ def test_flagfile_and_command_line_combine_and_a_finished_rerun_prints_its_summa
   assert re.fullmatch(r"Compiled in \d+\.\d s; training \(a line every 7 steps\) \.\.\.",
                       messages[5])
   assert re.fullmatch(r"step 7/7  loss \S+  accuracy \S+  \| eval accuracy \S+%, loss \S+ \|"
-                      r"  \d+ steps/s  ETA 0s", messages[6]), messages
+                      r"  [\d.]+ steps/s  ETA 0s", messages[6]), messages
   # Two evaluations (steps 0 and 7): TensorBoard's default smoothing cannot draw the last
   # one right, and the run says so.
   assert messages[7].startswith("warning: TensorBoard's default smoothing (0.6) draws the "

@@ -376,3 +376,19 @@ def test_used_fields_are_the_fields_the_run_reads():
   meta = config_lib.used_fields(omniglot_maml.get_config())
   assert {"data.data_dir", "meta.parallel", "meta.inner_lr", "data.omniglot_zips"} <= set(meta)
   assert not {"hypernet.chunk_size", "data.test_fraction"} & set(meta)
+
+
+@pytest.mark.parametrize("learner, fix", [("maml", "learner='fomaml'"),
+                                          ("anil", "learner 'fomaml'")])
+def test_first_order_on_a_learner_that_ignores_it_is_refused(learner, fix):
+  """``meta.first_order`` is read by the support-conditioned hypernetwork only: on MAML it
+  used to train second order without a word."""
+  c = config_lib.load_config_file(os.path.join(os.path.dirname(__file__), "..", "configs",
+                                               "omniglot_maml.py"))
+  c.meta.learner = learner
+  c.meta.first_order = True
+  with pytest.raises(config_lib.ConfigError,
+                     match=rf"config\.meta\.first_order=True .*{learner!r}.*{fix}"):
+    config_lib.validate(c)
+  c.meta.learner = "support_hypernet"
+  config_lib.validate(c)

@@ -1,5 +1,6 @@
 """The one train loop end to end: accuracy on real data, resume, NaN guard, summaries."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -218,8 +219,9 @@ def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypa
   progress = [m for m in messages if m.startswith("step ")]
   assert [int(m.split()[1].split("/")[0]) for m in progress] == list(range(20, 201, 20))
   rates = [float(m.split(" steps/s")[0].rsplit(" ", 1)[1]) for m in progress]
-  etas = [float(m.rsplit("ETA ", 1)[1].rstrip("s")) for m in progress]
-  assert min(rates) > 5 and etas[0] < 500, progress  # 1000 s of tracing would show.
+  etas = [m.rsplit("ETA ", 1)[1] for m in progress]
+  # 1000 s of tracing would show (as minutes).
+  assert min(rates) > 5 and all(re.fullmatch(r"\d+s", e) for e in etas), progress
   speed = dict(summaries.read_scalars(str(tmp_path / "train"))["speed/steps_per_sec"])
   assert sorted(speed) == list(range(10, 201, 10)) and speed[10] > 5
 

@@ -330,6 +330,12 @@ def _check_meta_algorithms(config) -> None:
     if mc[name] and not plain:
       raise ConfigError(f"config.meta.{name}=True needs config.meta.learner 'maml' or "
                         f"'fomaml' (got {mc.learner!r}); set it to False.")
+  if mc.first_order and mc.learner != "support_hypernet":
+    fix = ("use config.meta.learner='fomaml'" if mc.learner == "maml" else
+           "first-order variants: learner 'fomaml'")
+    raise ConfigError(f"config.meta.first_order=True is read by learner 'support_hypernet' "
+                      f"only; learner {mc.learner!r} would silently train second order: "
+                      f"{fix}, or set first_order=False.")
   if mc.first_order_steps and mc.learner != "maml":
     raise ConfigError(f"config.meta.first_order_steps={mc.first_order_steps} (derivative-order "
                       f"annealing) needs config.meta.learner='maml' (got {mc.learner!r}); "

@@ -954,12 +954,13 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       # line (steady state) and the ETA.
       rate = (step - console_step) / max(now - console_t, 1e-9) if step > console_step \
           else 0.0
-      eta = (f"ETA {(total - step) * (now - steady_t) / (step - steady_step):.0f}s"
+      eta = (f"ETA {console.format_duration((total - step) * (now - steady_t) / (step - steady_step))}"
              if step > steady_step else "ETA after the next line")
       shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
                         if k in metrics and math.isfinite(metrics[k]))
       also = f"  | eval {console.format_metrics(eval_metrics)} |" if evaluated else ""
-      logging.info("step %d/%d  %s%s  %.0f steps/s  %s", step, total, shown, also, rate, eta)
+      logging.info("step %d/%d  %s%s  %s  %s", step, total, shown, also,
+                   console.format_rate(rate), eta)
       console_t, console_step = now, step
     elif evaluated and config.eval_every >= console_every:
       logging.info("eval at step %d: %s", step, console.format_metrics(eval_metrics))
