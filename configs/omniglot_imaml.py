@@ -29,9 +29,10 @@ def get_config():
   c.meta.eval_inner_steps = 16
   c.meta.imaml_lambda = 2.0
   c.meta.imaml_cg_steps = 5
-  c.num_steps = 3000
-  c.eval_every = 500
-  c.checkpoint_every = 500
+  c.batch_size = 8
+  c.num_steps = 1500  # ~30 min on 2 CPU cores
+  c.eval_every = 250
+  c.checkpoint_every = 250
   c.log_every = 100
   c.optim.lr = 1e-3
   c.optim.schedule = "cosine"

@@ -45,3 +45,6 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if supported.in_subset(item.nodeid):
       item.add_marker(pytest.mark.compat_subset)
+  # The slow end-to-end runs first: with two pytest-xdist processes they start at once on
+  # both instead of one of them being handed out last and running alone at the end.
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
