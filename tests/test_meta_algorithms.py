@@ -446,3 +446,39 @@ def test_bn_mode_at_meta_test(bn_mode):
   other = [float(task.learner.loss_fn(qy, task.target(qx, training=not training)))
            for qx, qy in zip(batch["query_x"], batch["query_y"])]
   assert np.abs(np.array(other) - got).max() > 1e-3
+
+
+def test_derivative_order_annealing_traces_a_first_order_step_without_second_order_work(
+    data_dir, tmp_path):
+  """The Trainer runs MAML++'s first-order steps from a function of their own: it holds
+  fewer convolution gradients than the second-order one (a tensor switch kept both orders
+  in one graph, and its first-order steps ran slower than second-order ones), and a
+  chunk crossing the switch gives the weights of the one-graph switch."""
+  from hypernet.training import loop
+  c = _tiny("omniglot_mamlpp", data_dir)
+  c.meta.first_order_steps = 2
+  c.num_steps = 3
+  split = loop.Trainer(c, str(tmp_path / "split"))
+  assert split.task.phase_boundaries() == (2,)
+  assert [split.task.phase_at(s) for s in (0, 1, 2)] == ["first_order"] * 2 + [
+      "second_order"]
+  _, bad = split.train_chunk(split.train_iterator(0), 3)  # one chunk across the switch
+  assert bad == -1 and split.current_step() == 3
+  assert sorted(split._phase_steps) == ["first_order", "second_order"]  # pylint: disable=protected-access
+
+  def conv_grads(fn):
+    cf = fn.get_concrete_function(split.train_iterator(0), tf.constant(1, tf.int64))
+    graph = cf.graph.as_graph_def()
+    ops = [n.op for f in graph.library.function for n in f.node_def] + [
+        n.op for n in graph.node]
+    return sum(t.startswith("Conv2DBackprop") for t in ops)
+
+  first = conv_grads(split._phase_steps["first_order"])  # pylint: disable=protected-access
+  second = conv_grads(split._phase_steps["second_order"])  # pylint: disable=protected-access
+  assert 0 < first < second, (first, second)
+
+  one_graph = loop.Trainer(c, str(tmp_path / "one"))  # the step decides in the graph
+  _, bad = one_graph._train_steps(one_graph.train_iterator(0), tf.constant(3, tf.int64))  # pylint: disable=protected-access
+  assert int(bad) == -1
+  for a, b in zip(split.variables, one_graph.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=2e-6, err_msg=a.name)

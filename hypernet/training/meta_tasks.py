@@ -70,6 +70,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hypernet.core import functional
 from hypernet.training import models, sources
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
@@ -504,7 +505,6 @@ class MetaLearningTask:
   def trainable_variables(self):
     # Target weights the learner never reads (a generated or zero-initialised head)
     # are not trained.
-    from hypernet.core import functional  # pylint: disable=g-import-not-at-top
     target_vars = functional.variable_paths(self.target)
     seen = {id(target_vars[p]) for p in self.learner.untrained_paths}
     out = []
@@ -525,6 +525,31 @@ class MetaLearningTask:
         parallel="map_fn" if parallel == "accumulate" else parallel,
         before_metrics=before_metrics, query_training=query_training)
 
+  # -- phases (the Trainer traces one step function per phase) ------------------------
+  def phase_boundaries(self):
+    """Steps at which the traced step changes form: ``config.meta.first_order_steps``
+    (derivative-order annealing: first-order steps before it, second-order after)."""
+    return (self.first_order_steps,) if self.first_order_steps else ()
+
+  def phase_at(self, step: int):
+    """The phase of global step ``step`` (0-based): ``"first_order"`` or
+    ``"second_order"``, ``None`` without derivative-order annealing."""
+    if not self.first_order_steps:
+      return None
+    return "first_order" if step < self.first_order_steps else "second_order"
+
+  @contextlib.contextmanager
+  def tracing_phase(self, phase):
+    """While the Trainer calls the step function of ``phase`` (traced on its first call):
+    the phase's derivative order is a Python bool in the graph, so the first-order steps
+    carry no second-order work (a tensor switch kept both, and the first-order steps ran
+    slower than second-order ones)."""
+    self._phase = phase
+    try:
+      yield
+    finally:
+      self._phase = None
+
   @contextlib.contextmanager
   def _schedules(self, batch, global_batch_size):
     """While a training step is traced: MAML++'s schedules over meta-steps (the meta-step
@@ -537,7 +562,11 @@ class MetaLearningTask:
       return
     step = tf.cast(batch["task_index"][0], tf.int64) // global_batch_size
     if self.first_order_steps:
-      learner.first_order_now = step < self.first_order_steps
+      phase = getattr(self, "_phase", None)
+      # Traced per phase by the Trainer: a Python bool; elsewhere (hn.keras, one traced
+      # step for the whole run) the step decides in the graph.
+      learner.first_order_now = (phase == "first_order" if phase is not None
+                                 else step < self.first_order_steps)
     if getattr(learner, "multi_step_loss", False):
       learner.msl_weights = inner_loop.msl_weights(step, self.msl_anneal_steps,
                                                    learner.inner_steps)
@@ -671,8 +700,8 @@ class MetaLearningTask:
       learner.inner_training = inner_training
 
   def apply_state(self, state):
+    """Writes the new BatchNorm state ``{path: tensor}`` (empty: nothing to write)."""
     if state:
-      from hypernet.core import functional  # pylint: disable=g-import-not-at-top
       functional.assign_state(self.target, state)
 
   def describe(self) -> Dict[str, float]:
@@ -697,7 +726,6 @@ class MetaLearningTask:
     Raises:
       ValueError: the task has no one-shot runs.
     """
-    from hypernet.core import functional  # pylint: disable=g-import-not-at-top
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
     if not self.runs:
       raise ValueError("No one-shot runs: set config.meta.one_shot_runs='all_runs.zip'.")
