@@ -392,3 +392,26 @@ def test_first_order_on_a_learner_that_ignores_it_is_refused(learner, fix):
     config_lib.validate(c)
   c.meta.learner = "support_hypernet"
   config_lib.validate(c)
+
+
+def test_a_workdir_config_older_than_new_fields_reads_with_their_defaults(tmp_path, capsys):
+  """``hypernet.evaluate`` / resuming a workdir written before fields existed: the missing
+  fields take their defaults (the old behaviour) and the note names them; an unknown
+  field is still refused."""
+  from hypernet.training import cli
+  c = digits_hyper.get_config()
+  values = json.loads(c.to_json_best_effort())
+  del values["meta"]["bn_mode"], values["meta"]["lslr"], values["optim"]["schedule"]
+  filled = []
+  restored = config_lib.config_from_dict(values, filled)
+  assert restored == c
+  assert sorted(filled) == ["meta.bn_mode", "meta.lslr", "optim.schedule"]
+  del values["summaries"]
+  (tmp_path / "config.json").write_text(json.dumps(values))
+  assert cli.read_workdir_config(str(tmp_path)) == c
+  err = capsys.readouterr().err
+  assert err.startswith(f"note: {tmp_path / 'config.json'} predates ") and \
+      "meta.bn_mode, meta.lslr" in err and "more); they take their defaults" in err
+  values["meta"]["not_a_field"] = 1
+  with pytest.raises(config_lib.ConfigError, match=r"config\.meta\.not_a_field"):
+    config_lib.config_from_dict(values)

@@ -443,8 +443,14 @@ def read_workdir_config(workdir: str, flag: str = "--workdir"):
         "holds no config.json"
     raise FileNotFoundError(f"{flag}={workdir} {what}: it must be a folder written by "
                             "python -m hypernet.train.")
+  filled: list = []
   with opener(path) as f:
-    return config_lib.config_from_dict(json.load(f))
+    config = config_lib.config_from_dict(json.load(f), filled)
+  if filled:
+    shown = ", ".join(filled[:6]) + (f" and {len(filled) - 6} more" if len(filled) > 6 else "")
+    print(f"note: {path} predates {len(filled)} config field(s) ({shown}); they take their "
+          "defaults, which keep the behaviour of the code that wrote it.", file=sys.stderr)
+  return config
 
 
 def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:

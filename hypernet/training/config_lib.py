@@ -11,10 +11,11 @@ it has a type (a plain ``None`` field cannot be overridden from the command line
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import numbers
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
                   "checkpoint_every", "checkpoint_keep")
@@ -576,10 +577,13 @@ def hparams(config) -> Dict[str, Any]:
           for k in order}
 
 
-def config_from_dict(values: Dict[str, Any]):
+def config_from_dict(values: Dict[str, Any], filled: Optional[List[str]] = None):
   """Rebuilds a config from ``config.to_dict()`` or its JSON (``workdir/config.json``).
 
-  Fields take the types of :func:`base_config` (JSON lists become tuples again).
+  Fields take the types of :func:`base_config` (JSON lists become tuples again). Fields of
+  the schema that ``values`` lacks (a workdir written before they existed) take their
+  defaults, which keep the behaviour of the code that wrote it; their names are appended
+  to ``filled`` when a list is given.
 
   Raises:
     ConfigError: as :func:`validate`, for fields that are not in the schema.
@@ -596,6 +600,13 @@ def config_from_dict(values: Dict[str, Any]):
         out[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
       else:
         out[key] = value
+    if _is_configdict(schema):
+      for key in schema:
+        if key not in values:
+          out[key] = copy.deepcopy(schema[key])
+          if filled is not None:
+            filled.extend([f"{prefix}{key}"] if not _is_configdict(schema[key]) else
+                          [f"{prefix}{key}.{k}" for k in flatten(schema[key])])
     return out
 
   config = convert(values, base_config(), "")
