@@ -4,6 +4,7 @@ cannot differentiate, sparse inner gradients, layer constraints, batched convolu
 Every reference is computed without the code under test: float64 finite differences,
 the same function written densely, constraints applied by hand, a loop of plain calls.
 """
+import functools
 import keras
 import numpy as np
 import pytest
@@ -71,7 +72,10 @@ def _episode(dtype=F64):
 
 
 @MODES
-@pytest.mark.parametrize("learner_cls", [inner_loop.MAML, inner_loop.MetaSGD])
+@pytest.mark.parametrize("learner_cls", [
+    inner_loop.MAML, inner_loop.MetaSGD,
+    functools.partial(inner_loop.MAML, recompute=True)], ids=["MAML", "MetaSGD",
+                                                              "MAML_recompute"])
 @pytest.mark.parametrize("where", sorted(RESIZES))
 def test_second_order_refuses_a_gradient_tensorflow_cannot_differentiate(where, learner_cls,
                                                                          compiled):
@@ -212,6 +216,8 @@ LEARNERS = {
     "FOMAML": lambda m: inner_loop.FirstOrderMAML(m, "sparse_softmax_cross_entropy",
                                                   inner_lr=0.3, inner_steps=2),
     "MetaSGD": lambda m: inner_loop.MetaSGD(m, "sparse_softmax_cross_entropy", inner_lr=0.3),
+    "MAML_recompute": lambda m: inner_loop.MAML(m, "sparse_softmax_cross_entropy",
+                                                inner_lr=0.3, inner_steps=2, recompute=True),
     "MAML_embedding_only": lambda m: inner_loop.MAML(m, "sparse_softmax_cross_entropy",
                                                      inner_lr=0.3, adapt="emb/*"),
     "ANIL": lambda m: anil.ANIL(m, "sparse_softmax_cross_entropy", inner_lr=0.3),

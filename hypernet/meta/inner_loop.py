@@ -275,7 +275,10 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   graph (the backward pass costs second order's either way).
 
   Raises:
-    MissingInnerGradientError: an adapted weight does not affect the support loss.
+    MissingInnerGradientError: an adapted weight does not affect the support loss, or
+      the inner gradient goes through an op whose gradient TensorFlow cannot
+      differentiate (as :func:`inner_sgd`). Sparse (``IndexedSlices``) inner gradients
+      are made dense, as there.
   """
   full = all_trainable_weights(model, weights)
   state = read_state(model, state)
@@ -301,17 +304,17 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   lr_inputs = [tf.convert_to_tensor(v) for v in lr_inputs]
   n_adapted, n_paths = len(adapted), len(paths)
 
-  def support_grads(params, other_weights, lrs, step_state, step):
+  def support_grads(params, other_weights, lrs, step_state, step, check=False):
     call_weights = dict(zip(others, other_weights))
     call_weights.update(zip(adapted, params))
-    with tf.GradientTape(watch_accessed_variables=False) as tape:
-      tape.watch(params)
-      with per_step_bn.step_scope(step):
-        outputs, new_state = plain_bias.call(functional.functional_call,
-            model, call_weights, support_x, training=training, return_state=True,
-            state=step_state)
-      loss = loss_fn(support_y, outputs)
-    grads = tape.gradient(loss, params)
+    # As inner_sgd's steps: sparse (IndexedSlices) gradients made dense, differentiably.
+    with per_step_bn.step_scope(step):
+      loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
+                                                  support_x, support_y, training, step_state)
+    if check and all(g is not None for g in grads):
+      # A gradient TensorFlow cannot differentiate would drop a term of the replay.
+      _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
+                                      support_y, training, step_state, loss, params, grads)
     missing = [p for p, g in zip(adapted, grads) if g is None]
     if missing:
       raise MissingInnerGradientError(
@@ -342,7 +345,8 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     lrs = list(inputs[n_paths:])
     phis.append([by_path[p] for p in adapted])
     for step in range(inner_steps):
-      new, new_state = support_grads(phis[-1], other_weights, lrs, states[-1], step)
+      new, new_state = support_grads(phis[-1], other_weights, lrs, states[-1], step,
+                                     check=step == 0)
       phis.append([tf.stop_gradient(t) for t in new])
       states.append(new_state)
     outputs = phis[1:] if return_steps else phis[-1:]
