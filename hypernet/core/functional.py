@@ -337,6 +337,42 @@ def assign_state(model: keras.Model, state: Weights) -> None:
     variables[path].assign(value)
 
 
+def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """Makes the non-trainable state returned by :func:`functional_call` agree across
+  replicas before it is written (:func:`assign_state`).
+
+  Floating state (BatchNorm moving mean/variance) becomes its mean over replicas; other
+  state (integer RNG seed states) becomes replica 0's value, broadcast by a sum in which
+  the other replicas contribute zeros. The moving mean then equals the single-device
+  value (it is linear in the batch mean and replicas hold equal shares of the batch);
+  the moving variance is the mean of the per-replica batch variances, which is what
+  per-replica BatchNorm normalises with (``BatchNormalization(synchronized=True)`` uses
+  global batch statistics instead).
+
+  Args:
+    state: ``{path: tensor}`` from :func:`functional_call` with ``return_state=True``,
+      as computed on this replica.
+
+  Returns:
+    ``{path: tensor}``, identical on every replica; unchanged outside a distribution
+    strategy's replica context or with one replica.
+  """
+  state = dict(state or {})
+  ctx = tf.distribute.get_replica_context()
+  if ctx is None or ctx.num_replicas_in_sync == 1 or not state:
+    return state
+  floats = {k: v for k, v in state.items() if v.dtype.is_floating}
+  others = {k: v for k, v in state.items() if k not in floats}
+  out = {}
+  if floats:
+    out.update(ctx.all_reduce(tf.distribute.ReduceOp.MEAN, floats))
+  if others:
+    first = tf.equal(ctx.replica_id_in_sync_group, 0)
+    masked = {k: tf.where(first, v, tf.zeros_like(v)) for k, v in others.items()}
+    out.update(ctx.all_reduce(tf.distribute.ReduceOp.SUM, masked))
+  return {k: out[k] for k in state}
+
+
 def num_elements(spec: Mapping[str, tf.TensorSpec]) -> int:
   """Total number of scalars in a weight spec (``{path: TensorSpec}``)."""
   total = 0

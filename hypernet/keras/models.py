@@ -42,27 +42,6 @@ def _kinds():
 KINDS = ("mlp", "chunked", "static")
 
 
-def _replica_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  """Makes non-trainable state agree across replicas before it is written: float state
-  (BatchNorm moving statistics) becomes its mean over replicas, other state (RNG seeds)
-  replica 0's (as :func:`hypernet.training.distribute.all_reduce_state`)."""
-  state = dict(state or {})
-  ctx = tf.distribute.get_replica_context()
-  if ctx is None or ctx.num_replicas_in_sync == 1 or not state:
-    return state
-  floats = {k: v for k, v in state.items() if v.dtype.is_floating}
-  others = {k: v for k, v in state.items() if k not in floats}
-  out = {}
-  if floats:
-    out.update(ctx.all_reduce(tf.distribute.ReduceOp.MEAN, floats))
-  if others:
-    first = tf.equal(ctx.replica_id_in_sync_group, 0)
-    out.update(ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                              {k: tf.where(first, v, tf.zeros_like(v))
-                               for k, v in others.items()}))
-  return {k: out[k] for k in state}
-
-
 def _save_variables(layer, extra, store) -> None:
   """``Layer.save_own_variables`` for the layer's own variables, then ``extra``."""
   own = list(layer._trainable_variables) + list(layer._non_trainable_variables)  # pylint: disable=protected-access
@@ -246,7 +225,7 @@ class HyperModel(keras.Model):
     for loss in losses:
       self.add_loss(loss)
     if training and state:
-      functional.assign_state(self.target, _replica_state(state))
+      functional.assign_state(self.target, functional.all_reduce_state(state))
     return out
 
   # -- serialisation --------------------------------------------------------------------
@@ -430,7 +409,7 @@ class MetaModel(keras.Model):
                        "loss. Exclude them from the target's trainable weights.")
     self.optimizer.apply_gradients(zip(result.variable_grads, variables))
     if result.state:
-      functional.assign_state(self.target, _replica_state(result.state))
+      functional.assign_state(self.target, functional.all_reduce_state(result.state))
     per_task = result.per_task
     self._trackers["loss"].update_state(per_task["query_loss_after"])
     if self.classification:

@@ -33,6 +33,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from hypernet.core import functional
 from hypernet.numerics import compat
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
@@ -252,37 +253,14 @@ def all_reduce_sum(values):
 
 
 def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  """Makes the non-trainable state returned by ``stateless_call`` agree across replicas.
+  """:func:`hypernet.core.functional.all_reduce_state` (BatchNorm statistics averaged,
+  seed states from replica 0), inside ``strategy.run`` only.
 
-  Floating state (BatchNorm moving mean/variance) becomes its mean over replicas; other
-  state (integer RNG seed states) becomes replica 0's value, broadcast by a sum in which
-  the other replicas contribute zeros. The moving mean then equals the single-device
-  value (it is linear in the batch mean and replicas hold equal shares of the batch);
-  the moving variance is the mean of the per-replica batch variances, which is what
-  per-replica BatchNorm normalises with (``BatchNormalization(synchronized=True)`` uses
-  global batch statistics instead).
-
-  Args:
-    state: ``{path: tensor}`` from :func:`hypernet.core.functional.functional_call` with
-      ``return_state=True``, as computed on this replica.
-
-  Returns:
-    ``{path: tensor}``, identical on every replica. Call inside ``strategy.run``.
+  Raises:
+    RuntimeError: called in cross-replica context.
   """
-  ctx = _replica_context()
-  state = dict(state or {})
-  if ctx.num_replicas_in_sync == 1 or not state:
-    return state
-  floats = {k: v for k, v in state.items() if v.dtype.is_floating}
-  others = {k: v for k, v in state.items() if k not in floats}
-  out = {}
-  if floats:
-    out.update(ctx.all_reduce(tf.distribute.ReduceOp.MEAN, floats))
-  if others:
-    first = tf.equal(ctx.replica_id_in_sync_group, 0)
-    masked = {k: tf.where(first, v, tf.zeros_like(v)) for k, v in others.items()}
-    out.update(ctx.all_reduce(tf.distribute.ReduceOp.SUM, masked))
-  return {k: out[k] for k in state}
+  _replica_context()
+  return functional.all_reduce_state(state)
 
 
 def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
