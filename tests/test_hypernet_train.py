@@ -1,7 +1,7 @@
 """End-to-end: every hypernetwork kind trains through the one train loop on digits, with
-its parameter counts and compression ratio logged in final_metrics.json."""
+its parameter counts and compression ratio logged in final_metrics.json (the main job
+itself, digits_hyper as committed: tests/test_train.py)."""
 import importlib.util
-import json
 
 import numpy as np
 import pytest
@@ -16,18 +16,6 @@ def load_config(name):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
-
-
-def test_digits_hyper_default_config_reaches_97_percent(tmp_path):
-  """The main job generates every weight from fewer than half as many parameters and
-  keeps its accuracy (seeds 0-2 gave 97.8/98.6/97.2%)."""
-  config = load_config("digits_hyper")
-  config.log_every = 1000
-  result = loop.train_and_evaluate(config, str(tmp_path))
-  assert result["accuracy"] >= 0.97
-  saved = json.loads((tmp_path / "final_metrics.json").read_text())
-  assert saved["params/source"] == 16974 and saved["params/generated"] == 35914
-  assert saved["params/compression_ratio"] == pytest.approx(35914 / 16974)  # 2.12x
 
 
 @pytest.mark.parametrize("name,steps,min_accuracy", [

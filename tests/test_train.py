@@ -54,7 +54,11 @@ def test_main_job_reaches_97_percent_on_digits(tmp_path):
   assert result["params/generated"] == result["params/target"] > 0
   assert result["params/trainable"] == result["params/source"]  # nothing trained directly
   with open(tmp_path / "final_metrics.json") as f:
-    assert json.load(f)["accuracy"] == pytest.approx(result["accuracy"])
+    saved = json.load(f)
+  assert saved["accuracy"] == pytest.approx(result["accuracy"])
+  # Every weight generated from fewer than half as many parameters (2.12x).
+  assert saved["params/source"] == 16974 and saved["params/generated"] == 35914
+  assert saved["params/compression_ratio"] == pytest.approx(35914 / 16974)
   train_tags = _scalar_tags(tmp_path / "train")
   for tag in ("loss", "accuracy", "optimizer/learning_rate", "speed/steps_per_sec",
               "optimizer/grad_norm"):
