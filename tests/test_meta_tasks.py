@@ -22,7 +22,8 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 META_CONFIGS = ["sinusoid_maml", "sinusoid_maml_k5", "omniglot_maml", "omniglot_fomaml",
                 "omniglot_metasgd", "omniglot_anil", "omniglot_hyper_maml", "omniglot_20way",
                 "omniglot_20way_maml", "omniglot_support_hypernet",
-                "omniglot_20way_support_hypernet", "omniglot_mamlpp", "omniglot_imaml"]
+                "omniglot_20way_support_hypernet", "omniglot_mamlpp", "omniglot_imaml",
+                "omniglot_support_target_hypernet"]
 SUBSET = "images_background_small1.zip,images_background_small2.zip"
 
 

@@ -2,7 +2,9 @@
 
 Learners (weight sources whose context is a support set): :class:`MAML`,
 :class:`FirstOrderMAML`, :class:`MetaSGD`, :class:`ANIL`, :class:`SupportHypernetwork` (the
-head generated from the support set's class prototypes) and :class:`ImplicitMAML`; MAML's
+head generated from the support set's class prototypes), :class:`SupportTargetHypernetwork`
+(the body generated too, by a hypernetwork conditioned on the support set) and
+:class:`ImplicitMAML`; MAML's
 options add MAML++'s parts and second order recomputed in the backward pass
 (:func:`inner_sgd_recompute`); :class:`PerStepBatchNormalization` is MAML++'s per-step
 BatchNorm. A meta-batch of tasks is
@@ -17,12 +19,14 @@ from hypernet.meta.inner_loop import (FirstOrderMAML, MAML, MetaSGD,
                                       inner_sgd_recompute, msl_weights)
 from hypernet.meta.per_step_bn import PerStepBatchNormalization
 from hypernet.meta.support_hypernet import SupportHypernetwork
+from hypernet.meta.support_target import SupportTargetHypernetwork
 from hypernet.meta.meta_batch import (MetaBatchGradients, MetaBatchResult,
                                       meta_batch_gradients, meta_batch_loss)
 
 __all__ = [
     "ANIL", "FirstOrderMAML", "ImplicitMAML", "MAML", "MetaBatchGradients", "MetaBatchResult", "MetaSGD",
     "MissingInnerGradientError", "PerStepBatchNormalization", "SupportHypernetwork",
+    "SupportTargetHypernetwork",
     "inner_sgd", "inner_sgd_recompute", "msl_weights",
     "make_conv4", "meta_batch_gradients", "meta_batch_loss", "split_sequential",
 ]

@@ -40,6 +40,7 @@ CHOICES = {
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
     "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml"),
+    "meta.body_hypernet": ("none", "mlp", "chunked", "static"),
     "meta.bn_mode": ("transductive", "per_step", "inference"),
     "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
 }
@@ -337,6 +338,13 @@ def _check_meta_algorithms(config) -> None:
     raise ConfigError(f"config.meta.first_order=True is read by learner 'support_hypernet' "
                       f"only; learner {mc.learner!r} would silently train second order: "
                       f"{fix}, or set first_order=False.")
+  if mc.body_hypernet != "none" and (mc.learner != "support_hypernet"
+                                     or config.hypernet.kind != "none"):
+    raise ConfigError(f"config.meta.body_hypernet={mc.body_hypernet!r} generates the body "
+                      "from the support set for learner 'support_hypernet' with "
+                      "config.hypernet.kind='none' (got learner "
+                      f"{mc.learner!r}, hypernet.kind {config.hypernet.kind!r}); set it to "
+                      "'none' or change those.")
   if mc.first_order_steps and mc.learner != "maml":
     raise ConfigError(f"config.meta.first_order_steps={mc.first_order_steps} (derivative-order "
                       f"annealing) needs config.meta.learner='maml' (got {mc.learner!r}); "
@@ -479,8 +487,10 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
     if config.task == "sinusoid":
       return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries",
                           "within_alphabet")
-    if name in ("generator_widths", "generator_scale", "first_order"):
+    if name in ("generator_widths", "generator_scale", "first_order", "body_hypernet"):
       return config.meta.learner == "support_hypernet"
+    if name in ("body_targets", "body_gate"):
+      return config.meta.learner == "support_hypernet" and config.meta.body_hypernet != "none"
     if name in ("imaml_lambda", "imaml_cg_steps"):
       return config.meta.learner == "imaml"
     if name == "msl_anneal_steps":
@@ -519,6 +529,12 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
     return name == "name" or name in _MODEL_FIELDS.get(config.model.name, ())
   if group == "hypernet":
     kind = config.hypernet.kind
+    if kind == "none" and meta and config.meta.learner == "support_hypernet" \
+        and config.meta.body_hypernet != "none":  # sizes the body's hypernetwork
+      kind = config.meta.body_hypernet
+      if name in ("kind", "targets", "train_rest", "num_conditions", "condition_dim",
+                  "quantize", "quantize_targets"):
+        return name == "kind"
     if name == "kind" or kind == "none":
       return name == "kind"
     if name in ("condition_dim",):
@@ -768,6 +784,14 @@ def base_config():
   c.meta.generator_widths = (64,)
   c.meta.generator_scale = 2.0
   c.meta.first_order = False
+  # support_hypernet: the body's weights generated per task too (hypernet/meta/
+  # support_target.py): a hypernetwork of this kind (none | mlp | chunked | static), sized
+  # by the config.hypernet fields of that kind (config.hypernet.kind stays "none"),
+  # maps the support set's mean body feature (the task embedding) to the body weights
+  # body_targets as w0 + body_gate * H(z); the gate is learned and starts at body_gate.
+  c.meta.body_hypernet = "none"
+  c.meta.body_targets = "conv*/kernel"
+  c.meta.body_gate = 0.0
   c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
   c.meta.eval_seed = 12345     # seed of those tasks
   c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs

@@ -67,6 +67,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 import keras
+import ml_collections
 import numpy as np
 import tensorflow as tf
 
@@ -75,7 +76,7 @@ from hypernet.training import models, sources
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,
-                           support_hypernet)
+                           support_hypernet, support_target)
 
 LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml")
 # config.meta.bn_mode (docs/meta_learning_bn.md): batch statistics everywhere; MAML++'s
@@ -296,6 +297,24 @@ def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
   raise ValueError(f"config.model.name={mc.name!r} for meta-learning; use 'conv4' or 'cnn'.")
 
 
+def _body_hypernetwork(config, target: keras.Model):
+  """The hypernetwork of kind ``config.meta.body_hypernet`` generating the body weights
+  ``config.meta.body_targets`` from a ``[D]`` task embedding (D: the head's input
+  width), sized by the ``config.hypernet`` fields of that kind."""
+  mc = config.meta
+  spec = functional.weight_spec(target, str(mc.body_targets))
+  head = functional.weight_spec(target, str(mc.anil_head))
+  dims = [int(s.shape[0]) for s in head.values() if len(s.shape) == 2]
+  if len(dims) != 1:
+    raise ValueError(f"config.meta.anil_head={mc.anil_head!r} must select one Dense head "
+                     f"(one [D, N] kernel) for config.meta.body_hypernet; got {list(head)}.")
+  values = {p: v.numpy() for p, v in functional.variable_paths(target).items() if p in spec}
+  hc = ml_collections.ConfigDict(config.hypernet.to_dict())
+  hc.kind, hc.num_conditions = str(mc.body_hypernet), 0
+  return sources.build_hypernetwork(hc, spec, values, seed=int(config.seed) + 17,
+                                    condition_dim=dims[0])
+
+
 def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   """The inner-loop learner named by ``config.meta.learner`` for ``target``.
 
@@ -338,10 +357,14 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   if mc.learner == "anil":
     return anil.ANIL(target, loss, head=str(mc.anil_head), **kwargs)
   if mc.learner == "support_hypernet":
-    return support_hypernet.SupportHypernetwork(
-        target, loss, head=str(mc.anil_head), generator_widths=tuple(mc.generator_widths),
-        scale=float(mc.generator_scale), first_order=bool(mc.first_order),
-        seed=int(config.seed), **kwargs)
+    head_kwargs = dict(head=str(mc.anil_head), generator_widths=tuple(mc.generator_widths),
+                       scale=float(mc.generator_scale), first_order=bool(mc.first_order),
+                       seed=int(config.seed), **kwargs)
+    if mc.body_hypernet == "none":
+      return support_hypernet.SupportHypernetwork(target, loss, **head_kwargs)
+    return support_target.SupportTargetHypernetwork(
+        target, loss, hypernetwork=_body_hypernetwork(config, target),
+        gate=float(mc.body_gate), **head_kwargs)
   raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
 
 

@@ -150,7 +150,8 @@ class HypernetworkSource(WeightSource):
 KINDS = ("none", "mlp", "chunked", "static")
 
 
-def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype=None):
+def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype=None,
+                       condition_dim: Optional[int] = None):
   """Builds the hypernetwork named by ``hc.kind`` (``hc`` = ``config.hypernet``).
 
   Args:
@@ -164,6 +165,9 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
     dtype: the hypernetwork's Keras dtype policy; ``None``: ``"float64"`` for a float64
       target (finite-difference checks), else the global policy (``config.dtype_policy``,
       e.g. mixed_bfloat16).
+    condition_dim: the size of given condition vectors when the hypernetwork has no
+      condition table (``hc.num_conditions == 0``), e.g. a task embedding computed from
+      a support set; ``None``: ``hc.condition_dim`` with a table, else unconditional.
 
   Raises:
     ValueError: an unknown kind (lists the known ones), or a kind's own errors.
@@ -171,7 +175,8 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
   if dtype is None and next(iter(target_spec.values())).dtype == tf.float64:
     dtype = "float64"
   common = dict(target_values=target_values, init=hc.init, num_conditions=hc.num_conditions,
-                condition_dim=hc.condition_dim if hc.num_conditions else 0,
+                condition_dim=(hc.condition_dim if hc.num_conditions else
+                               int(condition_dim or 0)),
                 seed=seed, dtype=dtype)
   if hc.kind == "mlp":
     from hypernet.hypernetworks.mlp import MLPHypernetwork  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,29 @@
+"""The whole conv4 target generated from the support set, Omniglot 5-way 1-shot.
+
+As configs/omniglot_support_hypernet.py (the head generated from the class prototypes),
+and the body's four convolution kernels generated per task too: a chunked hypernetwork
+maps the support set's mean body feature (the task embedding, 64-d) to the kernels as
+``w0 + gamma * H(z)``, with the gate ``gamma`` learned from 0, so training starts from
+the head-only learner (hypernet/meta/support_target.py). The hypernetwork is sized by
+the config.hypernet fields of its kind (chunks of 1,024 weights, 32-d chunk embeddings,
+one 64-unit hidden layer: ~75k parameters for the conv4 body's 111k kernel weights).
+
+Data and meta-test as configs/omniglot_support_hypernet.py: the two background subsets,
+50 characters held out, 600 fixed 5-way 1-shot episodes with a 95% interval.
+
+    python -m hypernet.train --config=configs/omniglot_support_target_hypernet.py \
+        --workdir=/tmp/hypernet/omniglot_support_target_hypernet \
+        --config.data.data_dir=PATH/TO/omniglot
+"""
+from hypernet.training import config_lib
+
+
+def get_config():
+  c = config_lib.sibling_config(__file__, "omniglot_support_hypernet")
+  c.meta.body_hypernet = "chunked"
+  c.meta.body_targets = "conv*/kernel"
+  c.meta.body_gate = 0.0
+  c.hypernet.chunk_size = 1024
+  c.hypernet.chunk_emb_dim = 32
+  c.hypernet.hidden = (64,)
+  return c
