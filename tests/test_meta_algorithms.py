@@ -482,3 +482,36 @@ def test_derivative_order_annealing_traces_a_first_order_step_without_second_ord
   assert int(bad) == -1
   for a, b in zip(split.variables, one_graph.variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=2e-6, err_msg=a.name)
+
+
+def test_per_step_running_statistics_are_debiased_by_their_update_count():
+  """Inference reads each row's moving statistics debiased by its update count: after one
+  update they are that batch's moments exactly, after three the exponential average of
+  three batches renormalised (a meta-learner updates a row once per meta-step: undebiased,
+  the variance stayed 0.99^n parts its initial 1 and early evaluations were near chance)."""
+  from hypernet.meta import per_step_bn
+  rng = np.random.default_rng(0)
+  layer = per_step_bn.PerStepBatchNormalization(2, dtype="float64")
+  batches = [rng.normal(0.3 * k, 0.02 * (k + 1), size=(6, 4, 4, 3)) for k in range(3)]
+  x = rng.normal(size=(2, 4, 4, 3))
+  moments = [(b.mean((0, 1, 2)), b.var((0, 1, 2))) for b in batches]
+  gamma, beta, eps = 1.0, 0.0, layer.epsilon
+  with per_step_bn.step_scope(0):
+    layer(tf.constant(batches[0]), training=True)
+  with per_step_bn.step_scope(0):
+    y = layer(tf.constant(x), training=False).numpy()
+  mean, var = moments[0]
+  np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + eps) * gamma + beta, rtol=1e-9)
+  for b in batches[1:]:
+    with per_step_bn.step_scope(0):
+      layer(tf.constant(b), training=True)
+  weights = np.array([0.01 * 0.99 ** 2, 0.01 * 0.99, 0.01]) / (1 - 0.99 ** 3)
+  mean = sum(w * m for w, (m, _) in zip(weights, moments))
+  var = sum(w * v for w, (_, v) in zip(weights, moments))
+  with per_step_bn.step_scope(0):
+    y = layer(tf.constant(x), training=False).numpy()
+  np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + eps), rtol=1e-9)
+  np.testing.assert_array_equal(layer.updates.numpy(), [3.0, 0.0])
+  with per_step_bn.step_scope(1):  # A row never updated reads its initial values.
+    np.testing.assert_allclose(layer(tf.constant(x), training=False).numpy(),
+                               x / np.sqrt(1 + eps), rtol=1e-9)
