@@ -379,6 +379,8 @@ def test_omniglot_mamlpp_config_trains_evaluates_and_restores_per_step_state(
     data_dir, tmp_path):
   from hypernet.training import loop
   c = _tiny("omniglot_mamlpp", data_dir)
+  assert c.meta.bn_mode == "transductive" and c.meta.per_step_bn_weights
+  c.meta.bn_mode = "per_step"  # the per-step running statistics, kept and restored
   c.meta.first_order_steps = 1  # step 0 first order, step 1 second order
   c.meta.msl_anneal_steps = 2
   trainer = loop.Trainer(c, str(tmp_path))
