@@ -9,6 +9,7 @@ be compiled, and the Trainer's ``fused_blocks`` switch.
 """
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -475,6 +476,46 @@ def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
                         capture_output=True, text=True, timeout=120, check=False)
   assert done.returncode == 0 and "FALLBACK-OK" in done.stdout, done.stderr[-3000:]
   assert "kernel is unavailable" in done.stderr  # the warning says why
+
+
+def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(tmp_path):
+  # g++ 12 with -march=native on an AVX512-FP16 CPU fails on TensorFlow's Eigen headers
+  # (PacketMathFP16.h); a wrapper compiler fails the same way unless -mno-avx512fp16 is
+  # given, so the kernel must still be built, on every machine.
+  cxx = shutil.which("g++") or shutil.which("c++")
+  if cxx is None:
+    pytest.skip("no C++ compiler")
+  wrapper = tmp_path / "cxx"
+  wrapper.write_text(textwrap.dedent(f"""\
+      #!/bin/sh
+      for a in "$@"; do [ "$a" = -mno-avx512fp16 ] && exec {cxx} "$@"; done
+      echo "PacketMathFP16.h:740:49: error: expected initializer before '<' token" >&2
+      exit 1
+  """))
+  wrapper.chmod(0o755)
+  script = textwrap.dedent("""
+      import os
+      import numpy as np, tensorflow as tf
+      from hypernet.numerics import norm_relu_pool
+      assert norm_relu_pool.library() is not None, norm_relu_pool.load_error()
+      x = tf.constant(np.random.default_rng(0).normal(size=(2, 4, 4, 3)), tf.float32)
+      y, mean, var = norm_relu_pool.norm_relu_pool(x, tf.ones([3]), tf.zeros([3]), 1e-3)
+      ref = tf.nn.max_pool2d(tf.nn.relu(tf.nn.batch_normalization(
+          x, tf.reduce_mean(x, [0, 1, 2]), tf.math.reduce_variance(x, [0, 1, 2]),
+          tf.zeros([3]), tf.ones([3]), 1e-3)), 2, 2, "VALID")
+      np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+      print("FALLBACK-FLAGS-OK")
+  """)
+  cache = tmp_path / "cache"
+  cache.mkdir()
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, HYPERNET_KERNEL_CACHE=str(cache), CXX=str(wrapper),
+             KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root,
+                        capture_output=True, text=True, timeout=180, check=False)
+  assert done.returncode == 0 and "FALLBACK-FLAGS-OK" in done.stdout, done.stderr[-3000:]
+  assert len(os.listdir(cache)) == 1  # the kernel, nothing half-written
 
 
 def test_trainer_fused_blocks_switch_and_same_step(tmp_path, monkeypatch):

@@ -60,7 +60,9 @@ too.
 The kernel is compiled from source on first use with the compiler and flags TensorFlow
 reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default
 ``~/.cache/hypernet/kernels``), keyed by the source, the compiler flags, TensorFlow's
-version and the CPU.
+version and the CPU. Where the compiler fails on ``-march=native`` (g++ 12 on a CPU with
+AVX512-FP16, whose Eigen headers then do not compile), it is retried with
+``-mno-avx512fp16``, then with ``-march=x86-64-v2``.
 """
 from __future__ import annotations
 
@@ -112,24 +114,50 @@ def cache_dir() -> str:
       os.path.expanduser("~"), ".cache", "hypernet", "kernels")
 
 
+# Extra flags tried in turn when the compile fails: g++ 12 with -march=native on a CPU
+# with AVX512-FP16 (Sapphire Rapids and later) defines __AVX512FP16__, and the Eigen of
+# TensorFlow's headers (PacketMathFP16.h) then fails to compile ("expected initializer
+# before '<'"); the kernel uses no FP16, so that instruction set is turned off. A compiler
+# that does not know -mno-avx512fp16 fails the second try, and the third drops
+# -march=native (portable code, slower).
+_FALLBACKS = ([], ["-mno-avx512fp16"], ["-march=x86-64-v2"])
+
+
 def _compile(target: str) -> None:
+  """Compiles the kernel into ``target``, trying :data:`_FALLBACKS` in turn.
+
+  Raises:
+    RuntimeError: no compiler, or every attempt failed (the first attempt's error line,
+      the commands and the last attempt's output).
+  """
   compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
   if not compiler:
     raise RuntimeError("no C++ compiler found (install g++, or set CXX)")
   os.makedirs(os.path.dirname(target), exist_ok=True)
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
   os.close(fd)
-  cmd = ([compiler] + _FLAGS + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
-         + tf.sysconfig.get_link_flags())
+  first_reason, commands = None, []
   try:
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
+    for extra in _FALLBACKS:
+      flags = [f for f in _FLAGS if not (extra and extra[0].startswith("-march=")
+                                          and f.startswith("-march="))] + extra
+      cmd = ([compiler] + flags + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
+             + tf.sysconfig.get_link_flags())
+      commands.append(" ".join(cmd))
+      done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+      if done.returncode == 0:
+        if extra:
+          logging.info("hypernet: the BatchNorm-ReLU-max-pool kernel compiled with %s "
+                       "added (the plain flags failed: %s)", " ".join(extra), first_reason)
+        os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or none
+        return
       errors = [l for l in done.stderr.splitlines() if "error" in l.lower()]
       reason = (errors or done.stderr.strip().splitlines() or
                 [f"exit status {done.returncode}, no message"])[0]
-      raise RuntimeError(f"{compiler} could not compile {_SOURCE}: {reason}\n"
-                         f"command: {' '.join(cmd)}\n{done.stderr[-2000:]}")
-    os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or none
+      first_reason = first_reason or reason
+    raise RuntimeError(f"{compiler} could not compile {_SOURCE}: {first_reason}\n"
+                       "commands tried:\n" + "\n".join(commands) + "\n"
+                       + done.stderr[-2000:])
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
