@@ -162,6 +162,7 @@ def test_choices_agree_with_the_modules_that_use_them():
   from hypernet.training import continual_tasks
   assert config_lib.CHOICES["continual.method"] == continual_tasks.METHODS
   assert config_lib.CHOICES["continual.benchmark"] == continual_tasks.BENCHMARKS
+  assert config_lib.CHOICES["continual.task_inference"] == continual_tasks.TASK_INFERENCE
 
 
 @pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.continual import regularizers
+from hypernet.continual import regularizers, task_inference
 from hypernet.training import continual_tasks, loop
 from hypernet.data import continual as cl_data
 from hypernet.data.digits import load_digits
@@ -213,3 +213,71 @@ def test_bad_continual_config_names_the_field(tmp_path):
   with pytest.raises(ValueError, match=r"config\.num_steps=999 is more than config\.continual\."
                                        r"num_tasks \* steps_per_task = 2 \* 40 = 80"):
     loop.train_and_evaluate(_config(**{"num_steps": 999}), str(tmp_path))
+
+
+def test_ppca_log_likelihood_is_the_gaussian_density_of_its_covariance():
+  """Tipping & Bishop's closed form against the dense Gaussian log-density with
+  C = U_r (Lambda_r - sigma^2 I) U_r^T + sigma^2 I (float64), and the fit's sigma^2 is
+  the mean of the discarded eigenvalues."""
+  rng = np.random.default_rng(0)
+  d, r = 12, 3
+  x = rng.normal(size=(400, d)) @ rng.normal(size=(d, d)) * 0.3 + rng.normal(size=d)
+  mean, basis, scales, noise = task_inference.ppca_fit(x, r)
+  eig = np.sort(np.linalg.eigvalsh(np.cov(x.T, bias=True)))[::-1]
+  np.testing.assert_allclose(scales, eig[:r], rtol=1e-10)
+  assert noise == pytest.approx(eig[r:].mean(), rel=1e-10)
+  cov = basis.T @ np.diag(scales - noise) @ basis + noise * np.eye(d)
+  test = rng.normal(size=(7, d)) * 2
+  centred = test - mean
+  dense = -0.5 * (d * np.log(2 * np.pi) + np.linalg.slogdet(cov)[1]
+                  + np.einsum("bi,ij,bj->b", centred, np.linalg.inv(cov), centred))
+  ours = task_inference.ppca_log_likelihood(tf.constant(test), *[
+      tf.constant(np.asarray(a)) for a in (mean, basis, scales, noise)]).numpy()
+  np.testing.assert_allclose(ours, dense, rtol=1e-10)
+  stacked = task_inference.ppca_log_likelihood(tf.constant(test), *[
+      tf.constant(np.stack([np.asarray(a)] * 2)) for a in (mean, basis, scales, noise)])
+  np.testing.assert_allclose(stacked.numpy(), [dense, dense], rtol=1e-10)
+  with pytest.raises(ValueError, match="ppca_components"):
+    task_inference.ppca_fit(x, d)
+
+
+@pytest.mark.parametrize("inference", ["entropy", "ppca"])
+def test_final_evaluation_infers_among_every_task(tmp_path, inference):
+  """The loop's last evaluation runs after the end-of-task event (which fits the last
+  task's density for ppca): its CL1 / CL3 accuracies are the means of the matrices' last
+  rows (equal-sized test sets), and the last task is one of the CL3 choices."""
+  config = _config(steps=30, **{"continual.task_inference": inference,
+                                "eval_batch_size": 1000})
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert result["cl3_accuracy"] == pytest.approx(result["cl3/final_accuracy"], abs=1e-6)
+  assert result["accuracy"] == pytest.approx(result["cl1/final_accuracy"], abs=1e-6)
+  last = np.array(result["cl3/matrix"])[-1]
+  assert last[1] > 0, result["cl3/matrix"]   # an unseen task would score exactly 0
+
+
+def test_ppca_task_inference_on_split_fashion_mnist(tmp_path):
+  """Split Fashion-MNIST, 3 tasks: the per-task input densities pick the task of most
+  test images ({T-shirt, trouser}, {pullover, dress}, {coat, sandal}), so CL3 is far
+  above entropy's on the same weights; the densities come back from the checkpoint."""
+  data_dir = os.path.join(REPO, "..", "shared", "data", "fashion-mnist")
+  if not os.path.isdir(data_dir):
+    pytest.skip("needs ../shared/data/fashion-mnist")
+  config = _config(steps=100, tasks=3, **{"continual.task_inference": "ppca",
+                                          "data.name": "fashion_mnist",
+                                          "data.data_dir": data_dir,
+                                          "continual.eval_examples_per_task": 1000,
+                                          "eval_batch_size": 1000})
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert result["params/task_density_floats_per_task"] == 784 * 21 + 21
+  trainer = _restored(config, tmp_path)
+  task = trainer.task
+  x = np.concatenate([d.x_test[:1000] for d in task.eval_tasks]).astype(np.float32) / 255
+  truth = np.repeat(np.arange(3), 1000)
+  picked, _ = task._infer_task(tf.constant(x))  # pylint: disable=protected-access
+  ppca = float(np.mean(picked.numpy() == truth))
+  assert ppca == pytest.approx(result["cl3_accuracy"] / result["accuracy"], abs=0.05)
+  assert ppca > 0.8, ppca
+  config.continual.task_inference = "entropy"
+  picked, _ = continual_tasks.ContinualTask._infer_task(task, tf.constant(x))  # pylint: disable=protected-access
+  entropy = float(np.mean(picked.numpy() == truth))
+  assert ppca > entropy + 0.2, (ppca, entropy)

@@ -31,6 +31,7 @@ CHOICES = {
              "continual"),
     "continual.method": ("hnet", "finetune", "ewc", "independent"),
     "continual.benchmark": ("split", "permuted"),
+    "continual.task_inference": ("entropy", "ppca"),
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
@@ -510,7 +511,8 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
             "lookahead": method == "hnet", "refresh_targets": method == "hnet",
             "classes_per_task": config.continual.benchmark == "split",
             "ewc_lambda": method == "ewc", "ewc_gamma": method == "ewc",
-            "fisher_samples": method == "ewc"}.get(name, True)
+            "fisher_samples": method == "ewc",
+            "ppca_components": config.continual.task_inference == "ppca"}.get(name, True)
   if group == "data":
     if config.task == "sinusoid":
       return False
@@ -754,6 +756,9 @@ def base_config():
   c.continual.ewc_gamma = 1.0          # ewc: online Fisher decay
   c.continual.fisher_samples = 500     # ewc: examples per task for the Fisher
   c.continual.eval_examples_per_task = 0  # 0: the whole test set of every task
+  c.continual.task_inference = "entropy"  # CL3: entropy (HNET+ENT; heads' arg-max for
+                                       # finetune / ewc) | ppca (per-task input densities)
+  c.continual.ppca_components = 20     # ppca: principal components per task
 
   # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/training/meta_tasks.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the

@@ -25,9 +25,16 @@ the target too. ``finetune`` and ``ewc`` run one network with one set of statist
 which later tasks move (part of what they forget).
 
 Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
-is given at test time (the task's embedding / head); CL3, it is not: ``hnet`` and
-``independent`` infer it as the task whose weights give the lowest predictive entropy
-(HNET+ENT), the multi-head baselines take the arg-max over the heads of the tasks seen.
+is given at test time (the task's embedding / head); CL3, it is not. How CL3 infers the
+task (``config.continual.task_inference``):
+
+* ``"entropy"`` (default): ``hnet`` and ``independent`` take the task whose weights give
+  the lowest predictive entropy (HNET+ENT), the multi-head baselines the arg-max over the
+  heads of the tasks seen.
+* ``"ppca"``: every method takes the task whose input density is highest: a
+  probabilistic PCA of each task's training images with ``config.continual.
+  ppca_components`` components, fitted at the end of the task
+  (:mod:`hypernet.continual.task_inference`), then that task's classifier.
 
 At the end of each task (an event of the loop) the task evaluates every task's test set
 under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
@@ -47,7 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet.continual import regularizers
+from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
 from hypernet.training import models, objectives, sources
 from hypernet import data as data_lib
@@ -55,6 +62,7 @@ from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
 
 METHODS = ("hnet", "finetune", "ewc", "independent")
+TASK_INFERENCE = ("entropy", "ppca")
 _TASK_STATS = "continual_task_stats:"  # state-dict prefix of the per-task statistics
 BENCHMARKS = ("split", "permuted")
 
@@ -113,6 +121,9 @@ class ContinualTask:
     if cc.benchmark not in BENCHMARKS:
       raise ValueError(f"config.continual.benchmark={cc.benchmark!r} is unknown; known: "
                        f"{list(BENCHMARKS)}.")
+    if cc.task_inference not in TASK_INFERENCE:
+      raise ValueError(f"config.continual.task_inference={cc.task_inference!r} is unknown; "
+                       f"known: {list(TASK_INFERENCE)}.")
     self.num_tasks = T = int(cc.num_tasks)
     self.steps_per_task = int(cc.steps_per_task)
     if not 0 < config.num_steps <= T * self.steps_per_task:
@@ -156,6 +167,18 @@ class ContinualTask:
       self.state.acc_cl3 = tf.Variable(tf.fill([T, T], -1.0), trainable=False, name="acc_cl3")
       self.state.rows_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rows_done")
       self.state.current = tf.Variable(0, dtype=tf.int32, trainable=False, name="current")
+      if cc.task_inference == "ppca":   # Each task's input density (filled at its end).
+        d, r = int(np.prod(self.tasks[0].image_shape)), int(cc.ppca_components)
+        if not 1 <= r < d:
+          raise ValueError(f"config.continual.ppca_components={r} must be in [1, {d}) "
+                           f"(the images have {d} values).")
+        self.state.ppca_mean = tf.Variable(tf.zeros([T, d]), trainable=False,
+                                           name="ppca_mean")
+        self.state.ppca_basis = tf.Variable(tf.zeros([T, r, d]), trainable=False,
+                                            name="ppca_basis")
+        self.state.ppca_scales = tf.Variable(tf.ones([T, r]), trainable=False,
+                                             name="ppca_scales")
+        self.state.ppca_noise = tf.Variable(tf.ones([T]), trainable=False, name="ppca_noise")
     if self.method == "hnet":
       hc = copy.deepcopy(config.hypernet)
       if hc.kind == "none":
@@ -335,20 +358,43 @@ class ContinualTask:
     return sums
 
   def _infer_task(self, x):
-    """CL3: ``(task, class)`` per example, over the tasks seen so far (``<= current``)."""
+    """CL3: ``(task, class)`` per example, over the tasks finished (``<= current``, the
+    last task whose end event ran; task 0 before that)."""
     seen = tf.range(self.num_tasks) <= self.state.current
     if self.method in ("hnet", "independent"):
       from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
       weights = self.source.weights(tf.range(self.num_tasks))       # {path: [T, ...]}
       weights.update(self._task_state(tf.range(self.num_tasks)))    # each task's statistics
       logits = batched.batched_functional_call(self.target, weights, x, shared_inputs=True)
-      return entropy_task_inference(logits, seen)
-    logits = functional.functional_call(self.target, None, x, training=False)
-    heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
-    heads = tf.where(seen[None, :, None], heads, -np.inf)
-    flat = tf.argmax(tf.reshape(heads, [-1, self.num_tasks * self.classes]), -1,
-                     output_type=tf.int32)
-    return flat // self.classes, flat % self.classes
+      if self.config.continual.task_inference == "entropy":
+        return entropy_task_inference(logits, seen)
+    else:
+      logits = functional.functional_call(self.target, None, x, training=False)
+      heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
+      if self.config.continual.task_inference == "entropy":
+        heads = tf.where(seen[None, :, None], heads, -np.inf)
+        flat = tf.argmax(tf.reshape(heads, [-1, self.num_tasks * self.classes]), -1,
+                         output_type=tf.int32)
+        return flat // self.classes, flat % self.classes
+      logits = tf.transpose(heads, [1, 0, 2])                       # [T, B, c]
+    density = task_inference.ppca_log_likelihood(
+        x, self.state.ppca_mean, self.state.ppca_basis, self.state.ppca_scales,
+        self.state.ppca_noise)                                       # [T, B]
+    density = tf.where(seen[:, None], density, -np.inf)
+    task = tf.argmax(density, 0, output_type=tf.int32)
+    picked = tf.gather(tf.transpose(logits, [1, 0, 2]), task, batch_dims=1)
+    return task, tf.argmax(picked, -1, output_type=tf.int32)
+
+  def _fit_density(self, t: int) -> None:
+    """Fits task ``t``'s input density (``task_inference="ppca"``) on its training
+    images, as the pipeline feeds them (scaled by ``pixel_scale``)."""
+    data = self.tasks[t]
+    x = data.x_train.reshape(len(data.x_train), -1).astype(np.float64) * data.pixel_scale
+    mean, basis, scales, noise = task_inference.ppca_fit(
+        x, int(self.config.continual.ppca_components))
+    for var, value in ((self.state.ppca_mean, mean), (self.state.ppca_basis, basis),
+                       (self.state.ppca_scales, scales), (self.state.ppca_noise, noise)):
+      var.assign(tf.tensor_scatter_nd_update(var, [[t]], tf.cast(value, var.dtype)[None]))
 
   def apply_state(self, state):
     state = dict(state or {})
@@ -363,6 +409,10 @@ class ContinualTask:
     one_target = counts["target"]
     counts["compression_ratio"] = one_target / max(counts["source"], 1) if counts["source"] \
         else 0.0
+    if self.config.continual.task_inference == "ppca":   # Stored per task, not trained.
+      counts["task_density_floats_per_task"] = int(
+          np.prod(self.state.ppca_basis.shape[1:]) + self.state.ppca_mean.shape[1]
+          + self.state.ppca_scales.shape[1] + 1)
     return counts
 
   # -- events of the loop --------------------------------------------------------------
@@ -377,6 +427,8 @@ class ContinualTask:
     if int(self.state.rows_done.read_value()) > done:
       return
     self.state.current.assign(done)
+    if self.config.continual.task_inference == "ppca":
+      self._fit_density(done)
     metrics = trainer.evaluate()
     row1 = np.full(self.num_tasks, -1.0, np.float32)
     row3 = row1.copy()
@@ -393,7 +445,6 @@ class ContinualTask:
                    "eval")
     if done + 1 < self.num_tasks:
       self._prepare_next_task(done)
-      self.state.current.assign(done + 1)
       _reset_optimizer_slots(trainer.optimizer)
     self.state.rows_done.assign(done + 1)
 

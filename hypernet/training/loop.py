@@ -969,6 +969,10 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       last_t, last_step = now, step
     if model_summaries and step % config.summaries.every == 0:
       model_summaries.write(writer, step)
+    # Task events (continual: the end of a task) before this step's evaluation, so that
+    # it sees the state they leave (the final CL3 evaluation chooses among every task).
+    if hasattr(trainer.task, "on_event"):
+      trainer.task.on_event(trainer, step, writer)
     evaluated = (config.eval_every > 0 and step % config.eval_every == 0) or step == total
     if evaluated:
       eval_metrics = trainer.evaluate()
@@ -990,8 +994,6 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       console_t, console_step = now, step
     elif evaluated and config.eval_every >= console_every:
       logging.info("eval at step %d: %s", step, console.format_metrics(eval_metrics))
-    if hasattr(trainer.task, "on_event"):  # Task events (continual: end of a task).
-      trainer.task.on_event(trainer, step, writer)
     if step % config.checkpoint_every == 0 or step == total:
       trainer.save(step)
       saved_step = step

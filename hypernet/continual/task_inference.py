@@ -1,0 +1,94 @@
+"""Task inference for CL3 from per-task input densities: probabilistic PCA.
+
+In CL3 (van de Ven & Tolias 2019) the task of a test input is not given. Von Oswald et
+al. 2020 infer it from the generated networks' predictive entropy (HNET+ENT) or with a
+separate task-inference network trained on replayed data (HNET+TIR / HNET+R). Here each
+task keeps a density model of its own inputs, fitted once at the end of the task on its
+training images (a summary, no stored examples): a probabilistic PCA (Tipping & Bishop
+1999, "Probabilistic principal component analysis", J. R. Stat. Soc. B 61(3), Sec. 3),
+the Gaussian ``N(mu, C)`` with ``C = W W^T + sigma^2 I`` of maximum likelihood:
+
+    C's eigenvalues: lambda_1..lambda_r (the sample covariance's top r), sigma^2 (the mean
+    of its other D - r eigenvalues), eigenvectors U_r (top r) and any basis of the rest;
+    log p(x) = -1/2 [ D log 2 pi + sum_i log lambda_i + (D - r) log sigma^2
+                      + sum_i z_i^2 / lambda_i + (|x - mu|^2 - |z|^2) / sigma^2 ],
+    z = U_r^T (x - mu).
+
+A test input is given the task of highest ``log p(x)`` among the tasks seen, then that
+task's classifier (:mod:`hypernet.training.continual_tasks`,
+``config.continual.task_inference="ppca"``). Stored per task: ``D (r + 1) + r + 1``
+floats (``mu``, ``U_r``, ``lambda``, ``sigma^2``).
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+
+
+def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
+             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+  """The maximum-likelihood probabilistic PCA of ``x`` (Tipping & Bishop 1999, Eq. 7-8).
+
+  Args:
+    x: ``[N, D]`` (or ``[N, ...]``, flattened) examples, any float or integer dtype;
+      computed in float64.
+    components: ``r``, ``1 <= r < D``.
+    floor: eigenvalues are kept above ``floor`` times the mean eigenvalue (pixels that
+      never change, e.g. an image's border, have zero variance).
+
+  Returns:
+    ``(mean [D], basis [r, D], scales [r], noise)``: the mean, the top ``r``
+    eigenvectors of the sample covariance (rows), their eigenvalues (descending) and
+    ``sigma^2``, the mean of the other ``D - r`` eigenvalues; float64.
+
+  Raises:
+    ValueError: ``components`` not in ``[1, D)``, or fewer than 2 examples.
+  """
+  x = np.asarray(x, np.float64).reshape(len(x), -1)
+  n, d = x.shape
+  if not 1 <= components < d:
+    raise ValueError(f"components={components} must be in [1, {d}) (the input size is {d}; "
+                     "config.continual.ppca_components).")
+  if n < 2:
+    raise ValueError(f"ppca_fit needs at least 2 examples, got {n}.")
+  mean = x.mean(0)
+  centred = x - mean
+  cov = centred.T @ centred / n
+  values, vectors = np.linalg.eigh(cov)              # ascending
+  values, vectors = values[::-1], vectors[:, ::-1]
+  values = np.maximum(values, floor * max(values.mean(), np.finfo(np.float64).tiny))
+  scales = values[:components].copy()
+  noise = float(values[components:].mean())
+  return mean, vectors[:, :components].T.copy(), scales, noise
+
+
+def ppca_log_likelihood(x: tf.Tensor, mean: tf.Tensor, basis: tf.Tensor, scales: tf.Tensor,
+                        noise: tf.Tensor) -> tf.Tensor:
+  """``log p(x)`` under one or several probabilistic PCA models (module doc).
+
+  Args:
+    x: ``[B, ...]`` inputs (flattened to ``[B, D]``), float.
+    mean: ``[D]`` or ``[T, D]``; basis: ``[r, D]`` or ``[T, r, D]`` (orthonormal rows);
+      scales: ``[r]`` or ``[T, r]``; noise: ``[]`` or ``[T]``: as :func:`ppca_fit`
+      returns them (stacked over ``T`` models).
+
+  Returns:
+    ``[B]`` log-densities, or ``[T, B]`` for stacked models; ``mean``'s dtype.
+  """
+  stacked = len(mean.shape) == 2
+  if not stacked:
+    mean, basis, scales, noise = mean[None], basis[None], scales[None], noise[None]
+  dtype = mean.dtype
+  x = tf.reshape(tf.cast(x, dtype), [tf.shape(x)[0], -1])               # [B, D]
+  d = tf.cast(tf.shape(mean)[-1], dtype)
+  r = tf.cast(tf.shape(scales)[-1], dtype)
+  centred = x[None] - mean[:, None]                                      # [T, B, D]
+  z = tf.einsum("tbd,trd->tbr", centred, basis)                          # [T, B, r]
+  z2 = tf.reduce_sum(tf.square(z), -1)
+  residual = tf.reduce_sum(tf.square(centred), -1) - z2
+  quad = tf.reduce_sum(tf.square(z) / scales[:, None], -1) + residual / noise[:, None]
+  logdet = tf.reduce_sum(tf.math.log(scales), -1) + (d - r) * tf.math.log(noise)
+  out = -0.5 * (d * tf.math.log(tf.constant(2 * np.pi, dtype)) + logdet[:, None] + quad)
+  return out if stacked else out[0]
