@@ -8,7 +8,12 @@ ewc,independent}.py`` for the given seeds with ``python -m hypernet.train``, eac
   mean during-training accuracy and forgetting (CL1 and CL3; mean +- std over seeds),
   compression ratio, wall time;
 * ``experiments/continual_matrices_<benchmark>.png``: the CL1 accuracy matrices (row:
-  after task t, column: task k) of each method, first seed, one figure per benchmark run.
+  after task t, column: task k) of each method, first seed, one figure per benchmark run;
+* ``experiments/continual_curves_<benchmark>.png``: the learning curves, mean accuracy
+  over the tasks learned so far after each task (CL1 and CL3), mean +- std over seeds.
+
+Each seed's final accuracy is given with its binomial 95% confidence half-width
+``1.96 sqrt(p (1 - p) / N)`` over the ``N`` test images of all tasks.
 
     python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
         --root=/tmp/hypernet/continual --seeds=0,1,2
@@ -91,6 +96,26 @@ def run(name: str, seed: int, root: str, data_dir: str, steps_per_task: int = 0)
     return json.load(f)
 
 
+def test_images(workdir: str) -> int:
+  """The number of test images a run's final accuracy averages over (Fashion-MNIST: 1,000
+  per class; a permuted task holds all 10,000 unless ``eval_examples_per_task``)."""
+  with open(os.path.join(workdir, "config.json")) as f:
+    cc = json.load(f)["continual"]
+  per_task = 1000 * int(cc["classes_per_task"]) if cc["benchmark"] == "split" else 10000
+  if int(cc.get("eval_examples_per_task") or 0):
+    per_task = min(per_task, int(cc["eval_examples_per_task"]))
+  return per_task * int(cc["num_tasks"])
+
+
+def _per_seed(runs, key):
+  """``a ± ci / b ± ci ...``: each seed's value and binomial CI95 half-width, in %."""
+  out = []
+  for r in runs:
+    p, n = r[key], r["_test_images"]
+    out.append(f"{100 * p:.2f} ± {196 * np.sqrt(p * (1 - p) / n):.2f}")
+  return " / ".join(out)
+
+
 def _fmt(values, scale=100.0):
   values = [scale * v for v in values]
   if len(values) == 1:
@@ -110,6 +135,9 @@ def table(results: dict, seeds) -> str:
               "| method | CL1 final | CL1 during | CL1 forgetting | CL3 final | CL3 forgetting "
               "| compression | wall time (s) |",
               "|---|---|---|---|---|---|---|---|"]
+    seeds_lines = ["", "Each seed, final accuracy with its binomial CI95 (seeds "
+                   f"{', '.join(map(str, seeds))}):", "",
+                   "| method | CL1 final per seed | CL3 final per seed |", "|---|---|---|"]
     for method, runs in rows:
       get = lambda k: [r[k] for r in runs]
       comp = runs[0].get("params/compression_ratio", 0.0)
@@ -119,8 +147,48 @@ def table(results: dict, seeds) -> str:
           f"{_fmt(get('cl1/during_accuracy'))} | {_fmt(get('cl1/forgetting'))} | "
           f"{_fmt(get('cl3/final_accuracy'))} | {_fmt(get('cl3/forgetting'))} | "
           f"{comp} | {np.mean(get('wall_time_sec')):.0f} |")
-    lines.append("")
+      seeds_lines.append(f"| {LABELS[method]} | {_per_seed(runs, 'cl1/final_accuracy')} | "
+                         f"{_per_seed(runs, 'cl3/final_accuracy')} |")
+    lines += seeds_lines + [""]
   return "\n".join(lines)
+
+
+def curves(results: dict, out_dir: str) -> list:
+  """Writes ``continual_curves_<benchmark>.png``: after each task t, the mean accuracy
+  over tasks 0..t (CL1 left, CL3 right; row t of the accuracy matrices), one line per
+  method, mean +- std over its seeds. Returns the paths written."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  paths = []
+  for bench in BENCHMARKS:
+    methods = [m for m in METHODS if results.get((bench, m))]
+    if not methods:
+      continue
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
+    for ax, scenario in zip(axes, ("cl1", "cl3")):
+      for method in methods:
+        rows = []
+        for r in results[(bench, method)]:
+          m = np.array(r[f"{scenario}/matrix"], dtype=float)
+          rows.append([100 * m[t, :t + 1].mean() for t in range(m.shape[0])])
+        rows = np.array(rows)
+        x = np.arange(1, rows.shape[1] + 1)
+        mean, std = rows.mean(0), rows.std(0)
+        ax.plot(x, mean, marker="o", ms=3, label=LABELS[method])
+        ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+      ax.set_xlabel("tasks learned", fontsize=8)
+      ax.set_ylabel(f"mean {scenario.upper()} accuracy over them (%)", fontsize=8)
+      ax.set_title(f"{bench} Fashion-MNIST, {scenario.upper()}", fontsize=9)
+      ax.tick_params(labelsize=7)
+      ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"continual_curves_{bench}.png")
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+  return paths
 
 
 def heatmaps(results: dict, out_dir: str) -> list:
@@ -207,6 +275,7 @@ def main():
             result = run(name, seed, args.root, args.data_dir, args.steps_per_task)
             why = unfinished(workdir)
             if why is None:
+              result["_test_images"] = test_images(workdir)
               runs.append(result)
         elif os.path.isdir(workdir):
           why = unfinished(workdir)
@@ -221,7 +290,7 @@ def main():
   text = table(results, seeds)
   print(text)
   os.makedirs(args.out, exist_ok=True)
-  for path in heatmaps(results, args.out):
+  for path in heatmaps(results, args.out) + curves(results, args.out):
     print("wrote", path)
 
 

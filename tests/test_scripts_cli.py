@@ -105,15 +105,17 @@ def _fake_run(root, name, step, num_tasks=5, steps_per_task=1000, finished=True)
   workdir = os.path.join(root, f"{name}_s0")
   os.makedirs(workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump({"num_steps": step, "continual": {"num_tasks": num_tasks,
-                                                "steps_per_task": steps_per_task}}, f)
+    json.dump({"num_steps": step, "continual": {
+        "num_tasks": num_tasks, "steps_per_task": steps_per_task, "benchmark": "split",
+        "classes_per_task": 2, "eval_examples_per_task": 0}}, f)
   metrics = {"accuracy": 0.9, "step": step, "wall_time_sec": 12.0,
              "params/compression_ratio": 0.0}
   if finished:
     matrix = [[0.99 if k <= t else -1.0 for k in range(num_tasks)] for t in range(num_tasks)]
     metrics.update({"cl1/final_accuracy": 0.95, "cl1/during_accuracy": 0.99,
                     "cl1/forgetting": 0.04, "cl3/final_accuracy": 0.5,
-                    "cl3/forgetting": 0.3, "cl1/matrix": matrix})
+                    "cl3/forgetting": 0.3, "cl1/matrix": matrix,
+                    "cl3/matrix": [[0.5 * max(v, -2) for v in row] for row in matrix]})
   with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
     json.dump(metrics, f)
   return workdir
@@ -131,8 +133,11 @@ def test_continual_no_run_skips_unfinished_runs_and_creates_out(tmp_path):
   assert (f"skipping unfinished run {stopped}: stopped at step 20, 4980 of its 5000 steps "
           "missing") in out.stderr
   assert "| fine-tuning | 95.00 | 99.00 | 4.00 | 50.00 | 30.00 | – | 12 |" in out.stdout
+  # Each seed with its binomial CI95 over 5 x 2,000 test images: 1.96 sqrt(.95 .05 / 1e4).
+  assert "| fine-tuning | 95.00 ± 0.43 | 50.00 ± 0.98 |" in out.stdout
   assert "HNET" not in out.stdout
   assert os.path.getsize(out_dir / "continual_matrices_split.png") > 1000
+  assert os.path.getsize(out_dir / "continual_curves_split.png") > 1000
 
 
 def test_continual_no_run_on_an_empty_root_fails(tmp_path):
