@@ -21,15 +21,19 @@ def get_config():
   c.continual.past_tasks_per_step = 0
   c.continual.eval_examples_per_task = 2000
   c.num_steps = 20000            # num_tasks * steps_per_task
-  # Target MLP 784-100-100-10 (89,610 weights); hypernetwork: 1000-wide chunks from a
-  # two-layer generator (100, 50) fed [32-d chunk embedding; 64-d task embedding] (the
-  # paper's small-capacity PermutedMNIST setting is deeper, 100-75-50, with 64-d task
-  # embeddings): 68,822 + 64 * 7 = 69,270 trainable parameters with 10 task embeddings,
-  # fewer than one target (1.29x compression).
-  c.hypernet.chunk_size = 1000
-  c.hypernet.hidden = (100, 50)
+  # Target MLP 784-100-100-10 (89,610 weights); hypernetwork: 2048-wide chunks from a
+  # one-layer generator (32) fed [32-d chunk embedding; 64-d task embedding]: 72,736
+  # trainable parameters with the 10 task embeddings, fewer than one target (1.23x
+  # compression). Chunk size and generator width, measured on seed 0 (one task, 2,000
+  # steps; independent network: 88.80%): chunk 1000 / hidden (100, 50) 84.25%, (50,)
+  # 83.90, (100,) 84.10; chunk 2048 / (32,) 87.45; 3 tasks: chunk 300 / (100, 150)
+  # 68.37 final, 500 / (100, 100) 77.03, 1000 / (100, 50) 82.45, 2048 / (32,) 86.17,
+  # 2048 / (64, 32) 85.58, 4096 / (16,) 84.98. All 10 tasks, chunk 2048 / (32,),
+  # final / forgetting: beta 1.0 79.65 / 0.11, 0.3 81.81 / 0.55, 0.1 82.07 / 1.07.
+  c.hypernet.chunk_size = 2048
+  c.hypernet.hidden = (32,)
   c.hypernet.condition_dim = 64
-  c.continual.beta = 1.0
+  c.continual.beta = 0.3
   c.optim.lr = 3e-3
   # The learning rate decays by a cosine over each task (optim.schedule, from
   # split_fmnist_hnet; the optimiser and its schedule restart per task): the
