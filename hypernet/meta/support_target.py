@@ -69,7 +69,8 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
       raise ValueError(f"The hypernetwork generates {outside}, which are not weights of "
                        f"the body {self._body.name!r} (its paths: {sorted(body_paths)}): "
                        "select body weights only (e.g. 'conv*/kernel').")
-    dim = int(functional.variable_paths(model)[self.kernel_path].shape[0])
+    kernel = functional.variable_paths(model)[self.kernel_path]
+    dim = int(kernel.shape[0])
     if hypernetwork.num_conditions or hypernetwork.condition_dim != dim:
       raise ValueError(
           f"The hypernetwork must be conditioned on given [D] = [{dim}] task embeddings "
@@ -77,7 +78,7 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
           f"{hypernetwork.condition_dim}, num_conditions={hypernetwork.num_conditions}.")
     self.hypernetwork = hypernetwork
     self.generated_body_paths = list(hypernetwork.target_spec)
-    dtype = tf.as_dtype(functional.variable_paths(model)[self.kernel_path].dtype)
+    dtype = tf.as_dtype(kernel.dtype)
     with self.name_scope:
       self.gate = tf.Variable(tf.constant(float(gate), dtype), name="body_gate")
 
@@ -107,9 +108,14 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
   def task_weights(self, support_x, weights: Optional[Weights] = None,
                    state: Optional[Weights] = None) -> Weights:
     """``{path: w0 + gamma * H(z)}`` for the generated body paths (module doc)."""
-    init = self.initial_weights(weights)
-    variables = functional.variable_paths(self._model)
-    z = self.task_embedding(support_x, weights, state)
+    return self._task_weights(support_x, self.initial_weights(weights), state)
+
+  def _task_weights(self, support_x, init: Weights, state: Optional[Weights]) -> Weights:
+    """:meth:`task_weights` from the initial weights ``init`` already read (the adapted
+    paths as tensors); generated paths outside them are read from their variables."""
+    missing = [p for p in self.generated_body_paths if p not in init]
+    variables = functional.variable_paths(self._model) if missing else {}
+    z = self.task_embedding(support_x, init, state)
     generated = self.hypernetwork(z)
     out = {}
     for p in self.generated_body_paths:
@@ -125,6 +131,6 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
 
     Args and returns as :meth:`hypernet.meta.anil.ANIL.adapt`.
     """
-    task = dict(weights or {})
-    task.update(self.task_weights(support_x, weights, state))
+    task = self.initial_weights(weights)   # read once: embedding, body and head use it
+    task.update(self._task_weights(support_x, task, state))
     return super().adapt(support_x, support_y, task, state)
