@@ -177,6 +177,7 @@ def curves(results: dict, out_dir: str) -> list:
         mean, std = rows.mean(0), rows.std(0)
         ax.plot(x, mean, marker="o", ms=3, label=LABELS[method])
         ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+      ax.set_xticks(x)
       ax.set_xlabel("tasks learned", fontsize=8)
       ax.set_ylabel(f"mean {scenario.upper()} accuracy over them (%)", fontsize=8)
       ax.set_title(f"{bench} Fashion-MNIST, {scenario.upper()}", fontsize=9)
