@@ -281,3 +281,30 @@ def test_ppca_task_inference_on_split_fashion_mnist(tmp_path):
   picked, _ = continual_tasks.ContinualTask._infer_task(task, tf.constant(x))  # pylint: disable=protected-access
   entropy = float(np.mean(picked.numpy() == truth))
   assert ppca > entropy + 0.2, (ppca, entropy)
+
+
+def test_cl3_scores_script_reproduces_the_runs_cl3(tmp_path):
+  """experiments/cl3_scores.py on a finished digits run: its per-task PPCA row at the
+  run's components gives the run's own CL3 accuracy (same fit, same test images), and
+  the raw entropy row the CL3 of the same weights under task_inference='entropy'."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  config = _config(steps=30, **{"continual.task_inference": "ppca",
+                                "continual.ppca_components": 3, "eval_batch_size": 1000})
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  entropy = _config(steps=30, **{"continual.task_inference": "entropy",
+                                 "eval_batch_size": 1000})
+  entropy_cl3 = loop.Trainer(entropy, str(tmp_path))
+  entropy_cl3.restore()
+  entropy_cl3.task.state.current.assign(1)
+  ent = entropy_cl3.evaluate()["cl3_accuracy"]
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run([sys.executable, "-m", "experiments.cl3_scores",
+                        f"--workdir={tmp_path}", "--components=3", "--examples=100000",
+                        "--train_examples=200"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  rows = {l.split("|")[1].strip(): float(l.split("|")[3]) for l in out.stdout.splitlines()
+          if l.startswith("| ") and "---" not in l and "task found by" not in l}
+  assert rows["PPCA per task, 3 components"] == pytest.approx(
+      100 * result["cl3_accuracy"], abs=0.01), out.stdout
+  assert rows["neg_entropy, raw"] == pytest.approx(100 * ent, abs=0.01), out.stdout
