@@ -308,3 +308,26 @@ def test_cl3_scores_script_reproduces_the_runs_cl3(tmp_path):
   assert rows["PPCA per task, 3 components"] == pytest.approx(
       100 * result["cl3_accuracy"], abs=0.01), out.stdout
   assert rows["neg_entropy, raw"] == pytest.approx(100 * ent, abs=0.01), out.stdout
+
+
+@pytest.mark.parametrize("name", ["split_fmnist_hnet", "permuted_fmnist_hnet"])
+def test_committed_fashion_mnist_configs_run(tmp_path, name):
+  """Smoke run of the committed config as it is (its hypernetwork, regulariser, PPCA task
+  inference) on the real data: 2 tasks x 3 steps, 200 test images per task."""
+  data_dir = os.path.join(REPO, "..", "shared", "data", "fashion-mnist")
+  if not os.path.isdir(data_dir):
+    pytest.skip("needs ../shared/data/fashion-mnist")
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+  config.data.data_dir = data_dir
+  config.continual.num_tasks = 2
+  config.continual.steps_per_task = 3
+  config.continual.eval_examples_per_task = 200
+  config.num_steps = 6
+  config.log_every = config.checkpoint_every = 3
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert np.array(result["cl3/matrix"]).shape == (2, 2)
+  assert result["params/task_density_floats_per_task"] == 784 * 21 + 21
+  if name.startswith("permuted"):   # The hypernetwork is smaller than one target.
+    assert result["params/compression_ratio"] > 1.2, result["params/compression_ratio"]
+  assert 0.0 <= result["cl3_accuracy"] <= result["accuracy"] + 1e-6
