@@ -99,6 +99,12 @@ class ChunkedHypernetwork(base.Hypernetwork):
       :class:`hypernet.hypernetworks.base.Hypernetwork`).
     condition_dim: their size; the generator's input for chunk ``c`` is then
       ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
+    condition_per_chunk: ``True``: every chunk gets a condition of its own, so a task
+      shifts each chunk's generator input separately instead of all by one vector (as
+      hypnettorch's ``cond_chunk_embs``, conditional chunk embeddings): the condition
+      vector (a table row, or a given vector) is ``[C * condition_dim]``, cut into ``C``
+      rows ``[C, condition_dim]``, and chunk ``c`` sees ``[e_c ; row_c]``. The attribute
+      ``condition_dim`` is then ``C * condition_dim``.
     seed: seed of every initialiser (int).
     dtype: Keras dtype policy of the hypernetwork's own parameters (``None``: the global
       policy, float32 by default; ``"float64"`` for finite-difference checks). Generated
@@ -111,7 +117,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
 
   Raises:
     ValueError: empty ``target_spec``, non-positive sizes or ``emb_multiplier``, negative
-      ``head_precondition``, an unknown ``init``, or ``hidden=()`` with conditions.
+      ``head_precondition``, an unknown ``init``, ``hidden=()`` with conditions, or
+      ``condition_per_chunk`` without a condition.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
@@ -120,7 +127,16 @@ class ChunkedHypernetwork(base.Hypernetwork):
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
                center: bool = True, emb_multiplier: float = 1.0,
                head_precondition: float = 0.0, num_conditions: int = 0,
-               condition_dim: int = 0, seed: int = 0, dtype=None, name: str = "hypernetwork"):
+               condition_dim: int = 0, condition_per_chunk: bool = False, seed: int = 0,
+               dtype=None, name: str = "hypernetwork"):
+    self.condition_per_chunk = bool(condition_per_chunk)
+    self.chunk_condition_dim = int(condition_dim)
+    if self.condition_per_chunk:
+      if condition_dim <= 0:
+        raise ValueError("condition_per_chunk=True needs a condition: set condition_dim > 0 "
+                         "(config.hypernet.condition_dim, the size per chunk).")
+      generated = sum(int(np.prod(s.shape)) for s in target_spec.values())
+      condition_dim = -(-generated // int(chunk_size)) * int(condition_dim)
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
     if chunk_size <= 0 or chunk_emb_dim <= 0 or any(int(h) <= 0 for h in hidden):
@@ -156,12 +172,19 @@ class ChunkedHypernetwork(base.Hypernetwork):
         initializer=keras.initializers.RandomNormal(stddev=1.0 / self.emb_multiplier,
                                                     seed=seed))
     # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
-    in_width = int(chunk_emb_dim) + self.condition_dim
+    in_width = int(chunk_emb_dim) + (self.chunk_condition_dim if self.condition_per_chunk
+                                     else self.condition_dim)
     self.generator = base.mlp(in_width, hidden, seed=seed + 1, dtype=self.dtype_policy,
                               name=f"{name}_generator", layer_prefix=f"{name}_hidden")
     width = int(hidden[-1]) if hidden else in_width
-    inputs = base.condition_grid(self.embeddings.numpy().astype(np.float64),
-                                 self.init_conditions(seed=seed))
+    embeddings = self.embeddings.numpy().astype(np.float64)
+    conditions = self.init_conditions(seed=seed)
+    if self.condition_per_chunk:   # Each condition: its C rows beside the C embeddings.
+      rows = conditions.reshape(len(conditions), self.num_chunks, self.chunk_condition_dim)
+      inputs = np.concatenate([np.broadcast_to(embeddings, rows.shape[:2] + embeddings.shape[1:]),
+                               rows], -1).reshape(-1, embeddings.shape[1] + rows.shape[-1])
+    else:
+      inputs = base.condition_grid(embeddings, conditions)
     # The ReLU features h_c have a non-zero mean mu over the chunks, and W_out . mu would be
     # the same pattern in every chunk: weights chunk_size apart would be correlated and a
     # unit summing them would grow with its fan-in (initial digits loss ~45 nats with
@@ -199,7 +222,15 @@ class ChunkedHypernetwork(base.Hypernetwork):
       condition: ``None``, ``[condition_dim]`` or ``[S, condition_dim]`` vectors.
     """
     e = self.embeddings if embeddings is None else tf.convert_to_tensor(embeddings)
-    features = self._features(base.with_condition(e, condition))  # [(S,) C, d_h]
+    if self.condition_per_chunk and condition is not None:
+      condition = tf.convert_to_tensor(condition)
+      rows = tf.reshape(tf.cast(condition, e.dtype), tf.concat(
+          [tf.shape(condition)[:-1], [self.num_chunks, self.chunk_condition_dim]], 0))
+      lead = tf.shape(rows)[:-2]
+      inputs = tf.concat([tf.broadcast_to(e, tf.concat([lead, tf.shape(e)], 0)), rows], -1)
+    else:
+      inputs = base.with_condition(e, condition)
+    features = self._features(inputs)  # [(S,) C, d_h]
     if self.head_precondition > 0:
       chunks = self._preconditioned_head(features)
     else:

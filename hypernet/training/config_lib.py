@@ -460,7 +460,7 @@ _NOT_HPARAMS = ("summaries.", "fault.", "log_every", "console_every", "eval_ever
 _HYPERNET_KIND_FIELDS = {
     "mlp": ("hidden", "embedding_dim"),
     "chunked": ("hidden", "chunk_size", "chunk_emb_dim", "chunk_center",
-                "chunk_emb_multiplier", "chunk_head_precondition"),
+                "chunk_emb_multiplier", "chunk_head_precondition", "chunk_condition_per_chunk"),
     "static": ("z_dim", "static_hidden_dim", "slice_channels"),
 }
 _MODEL_FIELDS = {
@@ -725,6 +725,7 @@ def base_config():
   c.hypernet.chunk_center = True  # chunked: centre the generator's features at init
   c.hypernet.chunk_emb_multiplier = 1.0  # chunked: Adam steps the chunk embeddings this x faster
   c.hypernet.chunk_head_precondition = 0.0  # chunked: > 0 K-FAC-preconditions the head (damping)
+  c.hypernet.chunk_condition_per_chunk = False  # chunked: a condition_dim row per chunk
   c.hypernet.z_dim = 4         # static (Ha et al. 2016): layer embedding size N_z
   c.hypernet.static_hidden_dim = 0  # static: d (0: d = N_z)
   c.hypernet.slice_channels = (16, 16)  # static: (N_in, N_out) of one basic kernel tile

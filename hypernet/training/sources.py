@@ -188,7 +188,8 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
                                chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden),
                                center=hc.chunk_center,
                                emb_multiplier=hc.chunk_emb_multiplier,
-                               head_precondition=hc.chunk_head_precondition, **common)
+                               head_precondition=hc.chunk_head_precondition,
+                               condition_per_chunk=hc.chunk_condition_per_chunk, **common)
   if hc.kind == "static":
     from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
     slice_in, slice_out = (int(c) for c in hc.slice_channels)
