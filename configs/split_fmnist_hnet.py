@@ -1,7 +1,8 @@
 """Continual learning on split Fashion-MNIST (5 tasks of 2 classes: {0,1}, {2,3}, ...)
 with a task-conditioned hypernetwork and the output regulariser (von Oswald et al.
 2020, "Continual learning with hypernetworks", ICLR): the HNET method, scored in CL1
-(task given) and CL3 (task inferred by the lowest predictive entropy, HNET+ENT).
+(task given) and CL3 (task inferred from per-task input densities,
+``continual.task_inference="ppca"``; ``"entropy"`` is von Oswald et al.'s HNET+ENT).
 
 Baselines in the same loop: configs/split_fmnist_finetune.py, split_fmnist_ewc.py,
 split_fmnist_independent.py. Data: the Fashion-MNIST IDX files in config.data.data_dir

@@ -53,6 +53,8 @@ def main():
   from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
   from hypernet.training import loop  # pylint: disable=g-import-not-at-top
 
+  if not os.path.isfile(os.path.join(args.workdir, "config.json")):
+    parser.error(f"--workdir={args.workdir} holds no config.json: not a training workdir.")
   config = evaluate.load_config(args.workdir)
   if config.task != "continual" or config.continual.method not in ("hnet", "independent"):
     parser.error(f"--workdir={args.workdir}: needs a continual run of method hnet or "

@@ -209,6 +209,16 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
     assert json.load(f)["cl1/forgetting"] == pytest.approx(result["cl1/forgetting"])
 
 
+def test_bad_ppca_components_is_a_config_error(tmp_path):
+  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  config = _config(**{"continual.task_inference": "ppca", "continual.ppca_components": 0})
+  with pytest.raises(config_lib.ConfigError, match=r"ppca_components must be a positive"):
+    config_lib.validate(config)
+  config = _config(**{"continual.task_inference": "ppca", "continual.ppca_components": 64})
+  with pytest.raises(config_lib.ConfigError, match=r"ppca_components=64 must be in \[1, 64\)"):
+    continual_tasks.ContinualTask(config)
+
+
 def test_bad_continual_config_names_the_field(tmp_path):
   with pytest.raises(ValueError, match=r"config\.num_steps=999 is more than config\.continual\."
                                        r"num_tasks \* steps_per_task = 2 \* 40 = 80"):
@@ -237,8 +247,15 @@ def test_ppca_log_likelihood_is_the_gaussian_density_of_its_covariance():
   stacked = task_inference.ppca_log_likelihood(tf.constant(test), *[
       tf.constant(np.stack([np.asarray(a)] * 2)) for a in (mean, basis, scales, noise)])
   np.testing.assert_allclose(stacked.numpy(), [dense, dense], rtol=1e-10)
-  with pytest.raises(ValueError, match="ppca_components"):
+  with pytest.raises(ValueError, match="components=12 must be an integer in"):
     task_inference.ppca_fit(x, d)
+  with pytest.raises(ValueError, match="needs more examples than components"):
+    task_inference.ppca_fit(x[:3], r)
+  # The fit's values go straight in (a float noise, float64 arrays); constant inputs
+  # (zero variance everywhere) give a finite density, highest at the mean.
+  fit = task_inference.ppca_fit(np.zeros((10, d), np.uint8), r)
+  dens = task_inference.ppca_log_likelihood(np.stack([np.zeros(d), np.ones(d)]), *fit)
+  assert np.all(np.isfinite(dens.numpy())) and dens[0] > dens[1]
 
 
 @pytest.mark.parametrize("inference", ["entropy", "ppca"])

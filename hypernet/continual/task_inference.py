@@ -17,7 +17,9 @@ the Gaussian ``N(mu, C)`` with ``C = W W^T + sigma^2 I`` of maximum likelihood:
 A test input is given the task of highest ``log p(x)`` among the tasks seen, then that
 task's classifier (:mod:`hypernet.training.continual_tasks`,
 ``config.continual.task_inference="ppca"``). Stored per task: ``D (r + 1) + r + 1``
-floats (``mu``, ``U_r``, ``lambda``, ``sigma^2``).
+floats (``mu``, ``U_r``, ``lambda``, ``sigma^2``). The fit forms the ``D x D`` sample
+covariance (``D`` = values per image), so it suits images up to a few thousand values
+(28x28: 784).
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
     x: ``[N, D]`` (or ``[N, ...]``, flattened) examples, any float or integer dtype;
       computed in float64.
     components: ``r``, ``1 <= r < D``.
-    floor: eigenvalues are kept above ``floor`` times the mean eigenvalue (pixels that
-      never change, e.g. an image's border, have zero variance).
+    floor: eigenvalues are kept above ``floor`` times the mean eigenvalue, and above
+      1e-12 (pixels that never change, e.g. an image's border, have zero variance).
 
   Returns:
     ``(mean [D], basis [r, D], scales [r], noise)``: the mean, the top ``r``
@@ -44,21 +46,27 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
     ``sigma^2``, the mean of the other ``D - r`` eigenvalues; float64.
 
   Raises:
-    ValueError: ``components`` not in ``[1, D)``, or fewer than 2 examples.
+    ValueError: ``components`` not an integer in ``[1, D)``, or no more examples than
+      components (the sample covariance would have fewer than ``r`` non-zero eigenvalues).
   """
-  x = np.asarray(x, np.float64).reshape(len(x), -1)
+  x = np.asarray(x, np.float64)
+  if x.ndim < 2 or not x.size:
+    raise ValueError(f"ppca_fit needs examples [N, D] (or [N, ...]), got shape {x.shape}.")
+  x = x.reshape(len(x), -1)
   n, d = x.shape
-  if not 1 <= components < d:
-    raise ValueError(f"components={components} must be in [1, {d}) (the input size is {d}; "
-                     "config.continual.ppca_components).")
-  if n < 2:
-    raise ValueError(f"ppca_fit needs at least 2 examples, got {n}.")
+  if (isinstance(components, bool) or not isinstance(components, (int, np.integer))
+      or not 1 <= components < d):
+    raise ValueError(f"components={components!r} must be an integer in [1, {d}) (the "
+                     f"input has {d} values per example).")
+  if n <= components:
+    raise ValueError(f"ppca_fit with components={components} needs more examples than "
+                     f"components, got {n}.")
   mean = x.mean(0)
   centred = x - mean
   cov = centred.T @ centred / n
   values, vectors = np.linalg.eigh(cov)              # ascending
   values, vectors = values[::-1], vectors[:, ::-1]
-  values = np.maximum(values, floor * max(values.mean(), np.finfo(np.float64).tiny))
+  values = np.maximum(values, max(floor * values.mean(), 1e-12))
   scales = values[:components].copy()
   noise = float(values[components:].mean())
   return mean, vectors[:, :components].T.copy(), scales, noise
@@ -72,11 +80,15 @@ def ppca_log_likelihood(x: tf.Tensor, mean: tf.Tensor, basis: tf.Tensor, scales:
     x: ``[B, ...]`` inputs (flattened to ``[B, D]``), float.
     mean: ``[D]`` or ``[T, D]``; basis: ``[r, D]`` or ``[T, r, D]`` (orthonormal rows);
       scales: ``[r]`` or ``[T, r]``; noise: ``[]`` or ``[T]``: as :func:`ppca_fit`
-      returns them (stacked over ``T`` models).
+      returns them (stacked over ``T`` models); arrays, tensors or floats, all computed
+      in ``mean``'s float dtype.
 
   Returns:
     ``[B]`` log-densities, or ``[T, B]`` for stacked models; ``mean``'s dtype.
   """
+  mean = tf.convert_to_tensor(mean)
+  basis, scales, noise = (tf.cast(tf.convert_to_tensor(v), mean.dtype)
+                          for v in (basis, scales, noise))
   stacked = len(mean.shape) == 2
   if not stacked:
     mean, basis, scales, noise = mean[None], basis[None], scales[None], noise[None]

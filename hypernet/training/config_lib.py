@@ -149,6 +149,11 @@ def _check_values(config) -> None:
     value = config.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
       raise ConfigError(f"config.{name} must be a positive integer, got {value!r}.")
+  if config.task == "continual" and config.continual.task_inference == "ppca" and (
+      config.continual.ppca_components < 1):
+    raise ConfigError(f"config.continual.ppca_components must be a positive integer (the "
+                      f"principal components per task, e.g. 20), got "
+                      f"{config.continual.ppca_components!r}.")
   if config.console_every < 0 or config.console_every % config.log_every:
     raise ConfigError(f"config.console_every={config.console_every} must be a multiple of "
                       f"config.log_every={config.log_every} (0: about ten lines a run).")

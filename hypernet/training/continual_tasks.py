@@ -170,8 +170,10 @@ class ContinualTask:
       if cc.task_inference == "ppca":   # Each task's input density (filled at its end).
         d, r = int(np.prod(self.tasks[0].image_shape)), int(cc.ppca_components)
         if not 1 <= r < d:
-          raise ValueError(f"config.continual.ppca_components={r} must be in [1, {d}) "
-                           f"(the images have {d} values).")
+          from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+          raise config_lib.ConfigError(
+              f"config.continual.ppca_components={r} must be in [1, {d}) (the images have "
+              f"{d} values; 20 is the committed configs' choice).")
         self.state.ppca_mean = tf.Variable(tf.zeros([T, d]), trainable=False,
                                            name="ppca_mean")
         self.state.ppca_basis = tf.Variable(tf.zeros([T, r, d]), trainable=False,
