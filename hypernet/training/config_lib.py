@@ -544,8 +544,9 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
         return name == "kind"
     if name == "kind" or kind == "none":
       return name == "kind"
-    if name in ("condition_dim",):
-      return config.hypernet.num_conditions > 0
+    if name in ("condition_dim", "chunk_condition_per_chunk"):   # conditional runs only
+      return (config.hypernet.num_conditions > 0 or config.task == "continual") and (
+          name == "condition_dim" or kind == "chunked")
     if name == "quantize_targets":
       return config.hypernet.quantize != "none"
     other_kinds = {f for k, fs in _HYPERNET_KIND_FIELDS.items() if k != kind for f in fs}
