@@ -153,18 +153,28 @@ def table(results: dict, seeds) -> str:
   return "\n".join(lines)
 
 
+def _pyplot():
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def _benchmarks_run(results: dict):
+  """``(benchmark, methods with runs)`` for each benchmark with any run in ``results``."""
+  for bench in BENCHMARKS:
+    methods = [m for m in METHODS if results.get((bench, m))]
+    if methods:
+      yield bench, methods
+
+
 def curves(results: dict, out_dir: str) -> list:
   """Writes ``continual_curves_<benchmark>.png``: after each task t, the mean accuracy
   over tasks 0..t (CL1 left, CL3 right; row t of the accuracy matrices), one line per
   method, mean +- std over its seeds. Returns the paths written."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = _pyplot()
   paths = []
-  for bench in BENCHMARKS:
-    methods = [m for m in METHODS if results.get((bench, m))]
-    if not methods:
-      continue
+  for bench, methods in _benchmarks_run(results):
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=110)
     for ax, scenario in zip(axes, ("cl1", "cl3")):
       for method in methods:
@@ -197,14 +207,9 @@ def heatmaps(results: dict, out_dir: str) -> list:
   ``results``: one panel per method, the CL1 accuracy matrix of its first seed (rows:
   after learning task t; columns: task evaluated; colour scale 50-100%). Returns the
   paths written."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = _pyplot()
   paths = []
-  for bench in BENCHMARKS:
-    methods = [m for m in METHODS if results.get((bench, m))]
-    if not methods:
-      continue
+  for bench, methods in _benchmarks_run(results):
     cols = len(METHODS)
     fig, axes = plt.subplots(1, cols, figsize=(3.2 * cols, 3.3), dpi=110, squeeze=False)
     for ax in axes.ravel():
