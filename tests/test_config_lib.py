@@ -211,6 +211,12 @@ _NAN, _INF = float("nan"), float("inf")
     ("digits_hyper", "seed", -1),
     ("digits_hyper", "seed", 2 ** 32),
     ("digits_hyper", "data.augment_shift", -1),
+    ("digits_hyper", "data.augment_rotation", 10.0),   # Few-shot episodes only.
+    ("omniglot_support_hypernet", "data.augment_rotation", -1.0),
+    ("omniglot_support_hypernet", "data.augment_rotation", 180.0),
+    ("omniglot_support_hypernet", "data.augment_scale", 1.0),
+    ("omniglot_support_hypernet", "data.augment_shear", _NAN),
+    ("sinusoid_maml", "data.augment_scale", 0.1),
     ("digits_hyper", "model.dropout", 1.5),
     ("digits_hyper", "model.dropout", 1.0),
     ("digits_hyper", "model.dropout", -0.1),
@@ -228,6 +234,8 @@ _NAN, _INF = float("nan"), float("inf")
     ("omniglot_maml", "meta.num_queries", 20),
     ("omniglot_maml", "data.num_test_characters", 0),
     ("omniglot_support_hypernet", "meta.inner_steps", -1),
+    ("omniglot_support_hypernet", "meta.train_ways", -1),
+    ("omniglot_maml", "meta.train_ways", 20),          # Its head is adapted, not generated.
     ("sinusoid_maml", "meta.num_shots", 0),
     ("split_fmnist_hnet", "continual.num_tasks", 0),
     ("split_fmnist_hnet", "continual.steps_per_task", 0),
@@ -251,6 +259,8 @@ def test_out_of_range_values_are_named_before_any_work(name, field, value):
     ("omniglot_support_hypernet", "meta.inner_steps", 0),  # Generated head, no inner loop.
     ("split_fmnist_hnet", "num_steps", 100),           # Stops inside task 0 (a warning).
     ("sinusoid_maml", "meta.num_ways", 0),             # Sinusoids have no classes.
+    ("omniglot_support_hypernet", "data.augment_shear", 0.3),  # Koch et al.'s sizes.
+    ("omniglot_support_hypernet", "data.augment_rotation", 10.0),
 ])
 def test_edge_values_that_are_valid(name, field, value):
   c = _load(name)

@@ -104,3 +104,45 @@ def test_random_shift_moves_pixels_and_keeps_mass():
   assert np.all(out.sum(axis=(1, 2, 3)) == 1.0)   # a centre pixel never falls off
   rows, cols = np.nonzero(out[..., 0])[1:]
   assert set(rows) == {1, 2, 3} and set(cols) == {1, 2, 3}
+
+
+def test_random_affine_is_the_documented_map_computed_by_scipy():
+  """Each image is resampled (bilinear, zeros outside) at c + A (p - c), A from
+  affine_transforms' rows: checked against scipy.ndimage (order 1, zeros outside)."""
+  from scipy import ndimage
+  x = np.random.default_rng(0).random((4, 12, 10, 1)).astype(np.float32)
+  seed = tf.constant([3, 4], tf.int64)
+  kw = dict(rotation=30.0, scale=0.2, shear=0.3)
+  rows = pipeline.affine_transforms(seed, 4, 12, 10, **kw).numpy()
+  out = pipeline.random_affine(tf.constant(x), seed, **kw).numpy()
+  for img, row, got in zip(x, rows, out):
+    a0, a1, a2, b0, b1, b2, c0, c1 = row.astype(np.float64)
+    assert c0 == c1 == 0
+    # scipy maps output (row, col) to input matrix @ (row, col) + offset.
+    ref = ndimage.affine_transform(img[..., 0].astype(np.float64), [[b1, b0], [a1, a0]],
+                                   offset=[b2, a2], order=1, mode="grid-constant", cval=0.0)
+    np.testing.assert_allclose(got[..., 0], ref, atol=2e-6)
+  assert not np.allclose(out, x)
+  np.testing.assert_array_equal(pipeline.random_affine(tf.constant(x), seed).numpy(), x)
+
+
+def test_affine_transforms_stay_within_the_stated_ranges():
+  """A = R(t) Sh(k) diag(sx, sy) about the centre: each part drawn within its bound and
+  the centre maps to itself."""
+  seed = tf.constant([5, 6], tf.int64)
+  n, h, w = 2000, 28, 28
+  rot = pipeline.affine_transforms(seed, n, h, w, rotation=10.0).numpy()
+  angles = np.degrees(np.arctan2(rot[:, 3], rot[:, 0]))
+  np.testing.assert_allclose(rot[:, 0] ** 2 + rot[:, 3] ** 2, 1.0, rtol=1e-5)  # no scale
+  assert np.abs(angles).max() <= 10.0 + 1e-4 and np.abs(angles).max() > 9.0
+  sc = pipeline.affine_transforms(seed, n, h, w, scale=0.2).numpy()
+  for diag in (sc[:, 0], sc[:, 4]):
+    assert diag.min() >= 0.8 - 1e-6 and diag.max() <= 1.2 + 1e-6 and np.ptp(diag) > 0.35
+  np.testing.assert_allclose(sc[:, [1, 3]], 0.0, atol=1e-7)
+  sh = pipeline.affine_transforms(seed, n, h, w, shear=0.3).numpy()
+  np.testing.assert_allclose(sh[:, [0, 4]], 1.0, rtol=1e-6)
+  assert np.abs(sh[:, 1]).max() <= 0.3 + 1e-6 and np.abs(sh[:, 1]).max() > 0.28
+  for rows in (rot, sc, sh):  # the centre (13.5, 13.5) is a fixed point
+    cx = cy = (w - 1) / 2
+    np.testing.assert_allclose(rows[:, 0] * cx + rows[:, 1] * cy + rows[:, 2], cx, atol=1e-4)
+    np.testing.assert_allclose(rows[:, 3] * cx + rows[:, 4] * cy + rows[:, 5], cy, atol=1e-4)

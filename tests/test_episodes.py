@@ -245,3 +245,31 @@ def test_alphabet_groups_separate_alphabets_and_rotations():
   assert omniglot.alphabet_groups(names).tolist() == [0, 0, 1, 2, 3]
   assert omniglot.alphabet_groups(["Latin/character01", "Greek/character02",
                                    "Latin/character03"]).tolist() == [1, 0, 1]
+
+
+def test_augmented_episodes_keep_classes_and_labels_and_distort_each_image():
+  """``augment`` changes the pixels only: the same classes, drawings and labels as the
+  plain episode; every image gets its own distortion (support and query differ)."""
+  rng = np.random.default_rng(0)
+  images = np.zeros((60, 12, 12, 1), np.float32)
+  images[:, 3:9, 5:7, 0] = 1.0                      # a vertical bar in every image
+  images += rng.random(images.shape).astype(np.float32) * 0.01
+  labels = np.repeat(np.arange(6), 10)
+  plain = ep.make_episode_fn((images, labels), num_ways=3, num_shots=2, num_queries=3,
+                             seed=4, return_classes=True)
+  aug = ep.make_episode_fn((images, labels), num_ways=3, num_shots=2, num_queries=3,
+                           seed=4, return_classes=True,
+                           augment=ep.few_shot_augment(rotation=20.0, scale=0.2, shift=1))
+  for index in (0, 5):
+    a, b = plain(index), aug(index)
+    for key in ("support_y", "query_y", "classes"):
+      np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
+    for key in ("support_x", "query_x"):
+      x, y = a[key].numpy(), b[key].numpy()
+      assert x.shape == y.shape and y.dtype == np.float32
+      # Every image is moved, and differently from the others of its set.
+      assert np.all(np.abs(x - y).reshape(len(x), -1).max(axis=1) > 0.1)
+      diffs = (y - x).reshape(len(x), -1)
+      assert len({tuple(np.round(d, 3)) for d in diffs}) == len(x)
+    np.testing.assert_array_equal(b["support_x"].numpy(), aug(index)["support_x"].numpy())
+  assert ep.few_shot_augment() is None

@@ -66,6 +66,43 @@ def test_generated_head_follows_the_equations():
                              0.7 * (-0.5 * (rows ** 2).sum(-1) + delta[:, 4]), rtol=1e-12)
 
 
+def test_a_head_wider_than_the_episode_masks_the_classes_it_lacks():
+  """A 5-output head on a 3-way episode (meta.train_ways > num_ways, or the reverse):
+  the 3 classes' logits, loss and meta-gradient are those of a 3-output head with the
+  same weights; the other 2 classes get probability exactly 0."""
+  narrow = support_hypernet.SupportHypernetwork(small_bn_net(head_units=3), LOSS,
+                                                generator_widths=(5,), scale=0.7)
+  wide = support_hypernet.SupportHypernetwork(small_bn_net(head_units=5), LOSS,
+                                              generator_widths=(5,), scale=0.7)
+  rng = np.random.default_rng(4)
+  for (w3, b3), (w5, b5) in zip(narrow.generator, wide.generator):
+    for a, b in ((w3, w5), (b3, b5)):
+      value = rng.normal(size=a.shape)
+      a.assign(value)
+      b.assign(value)
+  task = _task(1)
+  sx, sy, qx, qy = task
+  outs, grads = [], []
+  for learner in (narrow, wide):
+    with tf.GradientTape() as tape:
+      fast, state = learner.adapt(sx, sy)
+      logits = functional.functional_call(learner.model, fast, qx, training=True,
+                                          state=state)
+      loss = learner.loss_fn(qy, logits)
+    outs.append((logits.numpy(), loss.numpy()))
+    grads.append([g.numpy() for g in tape.gradient(
+        loss, [v for pair in learner.generator for v in pair] + [learner.log_scale])])
+  (l3, loss3), (l5, loss5) = outs
+  np.testing.assert_allclose(l5[:, :3], l3, rtol=1e-12)
+  probs = tf.nn.softmax(l5).numpy()
+  assert np.all(probs[:, 3:] == 0.0) and np.all(np.isfinite(l5))
+  np.testing.assert_allclose(loss5, loss3, rtol=1e-12)
+  for g3, g5 in zip(*grads):
+    np.testing.assert_allclose(g5, g3, rtol=1e-10, atol=1e-12)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="has no support example"):
+    wide.generate_head(tf.constant(rng.normal(size=(4, 4))), tf.constant([0, 2, 2, 0]))
+
+
 def _query_loss(learner, task):
   sx, sy, qx, qy = task
 
@@ -126,7 +163,8 @@ def test_bad_arguments_name_the_argument():
     support_hypernet.SupportHypernetwork(model, LOSS, head="head/kernel")
 
 
-def test_trains_in_the_one_loop_on_digits_episodes(tmp_path):
+@pytest.mark.parametrize("train_ways", [0, 10])
+def test_trains_in_the_one_loop_on_digits_episodes(tmp_path, train_ways):
   """5-way 1-shot on scikit-learn digits (train episodes from the train images, test
   episodes from the test images): the generated head alone (no inner step) learns."""
   c = config_lib.base_config()
@@ -135,6 +173,7 @@ def test_trains_in_the_one_loop_on_digits_episodes(tmp_path):
   c.meta.learner, c.meta.inner_steps = "support_hypernet", 0
   c.meta.num_queries, c.meta.eval_queries, c.meta.eval_episodes = 3, 3, 40
   c.meta.eval_steps_sweep = (0, 1)
+  c.meta.train_ways = train_ways  # 10: trained 10-way, tested 5-way (a 10-output head)
   c.batch_size, c.eval_batch_size = 4, 20
   c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 40, 40, 0, 40
   c.optim.lr, c.optim.schedule, c.jit_compile = 3e-3, "constant", "false"

@@ -165,7 +165,9 @@ def _image_gather(images: np.ndarray) -> Callable[[tf.Tensor], tf.Tensor]:
 def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
                     num_ways: int, num_shots: int, num_queries: int, seed: int = 0,
                     shuffle: bool = True, return_classes: bool = False,
-                    class_groups=None) -> Callable[[tf.Tensor], Episode]:
+                    class_groups=None,
+                    augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+                    ) -> Callable[[tf.Tensor], Episode]:
   """Returns ``episode_fn(index) -> episode``, one N-way K-shot episode per index.
 
   Episode ``index`` draws ``num_ways`` distinct classes uniformly, relabels them 0..N-1 in
@@ -189,6 +191,10 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
       classes of an episode come from one group: a class is drawn uniformly among the
       classes of groups with at least N classes, and the other N - 1 uniformly from its
       group (Lake et al. 2015's one-shot runs are within-alphabet).
+    augment: optional ``(images [B, H, W, C] float32, seed int64 [2]) -> images``, a
+      stateless random distortion applied to the support and the query images (each
+      drawing its own; e.g. :func:`few_shot_augment`). Meta-training only: the
+      distortions are per drawing, so a class's examples differ by more than the drawer.
 
   Returns:
     A function, usable eagerly and in ``tf.data`` / ``tf.function``, from a scalar int
@@ -268,13 +274,44 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
       support_ids, support_y = tf.gather(support_ids, perm), tf.gather(support_y, perm)
       perm = tf.argsort(tf.random.stateless_uniform([n * q], keys[3]))
       query_ids, query_y = tf.gather(query_ids, perm), tf.gather(query_y, perm)
-    out = {"support_x": gather_images(support_ids), "support_y": support_y,
-           "query_x": gather_images(query_ids), "query_y": query_y}
+    support_x, query_x = gather_images(support_ids), gather_images(query_ids)
+    if augment is not None:
+      aug = tf.random.experimental.stateless_split(
+          tf.random.experimental.stateless_fold_in(key, 7), num=2)
+      support_x, query_x = augment(support_x, aug[0]), augment(query_x, aug[1])
+    out = {"support_x": support_x, "support_y": support_y,
+           "query_x": query_x, "query_y": query_y}
     if return_classes:
       out["classes"] = tf.gather(source_labels, classes)
     return out
 
   return episode_fn
+
+
+def few_shot_augment(*, shift: int = 0, rotation: float = 0.0, scale: float = 0.0,
+                     shear: float = 0.0, flip: bool = False
+                     ) -> Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]]:
+  """The ``augment`` of :func:`make_episode_fn` from distortion sizes, or ``None`` if all
+  are 0 / False.
+
+  Each image gets its own random affine map (``rotation`` degrees, ``scale``, ``shear``:
+  :func:`hypernet.data.pipeline.random_affine`, Koch et al. 2015 Sec. 4.3), then an
+  integer translation of up to ``shift`` pixels per axis
+  (:func:`hypernet.data.pipeline.random_shift`), then with ``flip`` a left-right flip
+  with probability 1/2. Vacated pixels are 0 (background for ink-is-1 images).
+  """
+  from hypernet.data import pipeline  # pylint: disable=g-import-not-at-top
+  if not (shift or rotation or scale or shear or flip):
+    return None
+
+  def augment(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    keys = tf.random.experimental.stateless_split(seed, num=3)
+    images = pipeline.random_affine(images, keys[0], rotation=rotation, scale=scale,
+                                    shear=shear)
+    images = pipeline.random_shift(images, int(shift), keys[1])
+    return pipeline.random_flip(images, keys[2]) if flip else images
+
+  return augment
 
 
 def meta_batch_dataset(task_fn: Callable[[tf.Tensor], Dict[str, tf.Tensor]], *,

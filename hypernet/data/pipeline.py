@@ -68,6 +68,68 @@ def random_shift(images: tf.Tensor, max_shift: int, seed: tf.Tensor, first: int 
   return tf.gather(out, cols, axis=2, batch_dims=1)
 
 
+def affine_transforms(seed: tf.Tensor, num: tf.Tensor, height: int, width: int, *,
+                      rotation: float = 0.0, scale: float = 0.0,
+                      shear: float = 0.0) -> tf.Tensor:
+  """Random affine distortions about the image centre, as rows of ``[num, 8]`` float32.
+
+  The distortions of Koch, Zemel, Salakhutdinov 2015 ("Siamese Neural Networks for
+  One-shot Image Recognition", Sec. 4.3: rotation, shear and per-axis scale; their
+  translation is :func:`random_shift`): with ``u`` uniform in ``[-1, 1]`` per image and
+  parameter, angle ``t = u1 * rotation`` degrees, shear ``k = u2 * shear``, scales
+  ``sx = 1 + u3 * scale``, ``sy = 1 + u4 * scale``,
+  ``A = [[cos t, -sin t], [sin t, cos t]] @ [[1, k], [0, 1]] @ diag(sx, sy)``; the output
+  pixel at ``p`` (x = column, y = row) samples the input at ``c + A (p - c)``, ``c`` the
+  image centre. Row format: ``[a0, a1, a2, b0, b1, b2, 0, 0]`` of
+  ``keras.ops.image.affine_transform`` (input x = a0 x + a1 y + a2, y = b0 x + b1 y + b2).
+
+  Args:
+    seed: stateless seed, int [2].
+    num: the number of images (scalar int).
+    height, width: image size in pixels.
+    rotation: largest angle in degrees (>= 0).
+    scale: largest relative scale change per axis (in ``[0, 1)``).
+    shear: largest shear factor (>= 0).
+  """
+  u = tf.random.stateless_uniform(tf.stack([num, 4]), seed, -1.0, 1.0)
+  t = u[:, 0] * (rotation * np.pi / 180.0)
+  k = u[:, 1] * shear
+  sx, sy = 1.0 + u[:, 2] * scale, 1.0 + u[:, 3] * scale
+  cos, sin = tf.cos(t), tf.sin(t)
+  # R @ Sh @ S = [[cos sx, (cos k - sin) sy], [sin sx, (sin k + cos) sy]].
+  a0, a1 = cos * sx, (cos * k - sin) * sy
+  b0, b1 = sin * sx, (sin * k + cos) * sy
+  cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
+  a2 = cx - a0 * cx - a1 * cy
+  b2 = cy - b0 * cx - b1 * cy
+  zero = tf.zeros_like(a0)
+  return tf.stack([a0, a1, a2, b0, b1, b2, zero, zero], axis=1)
+
+
+def random_affine(images: tf.Tensor, seed: tf.Tensor, *, rotation: float = 0.0,
+                  scale: float = 0.0, shear: float = 0.0) -> tf.Tensor:
+  """Distorts each image by its own random affine map (:func:`affine_transforms`),
+  bilinear, vacated pixels 0. Stateless (``seed`` int64 [2]); all three 0 returns
+  ``images``.
+
+  Args:
+    images: ``[B, H, W, C]`` float32.
+    seed, rotation, scale, shear: see :func:`affine_transforms`.
+
+  Returns:
+    ``[B, H, W, C]`` float32.
+  """
+  if not (rotation or scale or shear):
+    return images
+  import keras  # pylint: disable=g-import-not-at-top
+  h, w = images.shape[1], images.shape[2]
+  rows = affine_transforms(seed, tf.shape(images)[0], h, w, rotation=rotation,
+                           scale=scale, shear=shear)
+  return keras.ops.image.affine_transform(images, rows, interpolation="bilinear",
+                                          fill_mode="constant", fill_value=0,
+                                          data_format="channels_last")
+
+
 def random_flip(images: tf.Tensor, seed: tf.Tensor, first: int = 0, total=None) -> tf.Tensor:
   """Flips each image left-right with probability 1/2 (stateless, ``seed`` int64 [2]);
   ``first``, ``total`` as in :func:`random_shift`."""

@@ -123,21 +123,33 @@ class SupportHypernetwork(anil.ANIL):
   def generate_head(self, features: tf.Tensor, labels: tf.Tensor) -> Weights:
     """The head generated from support features (module doc, equations).
 
+    An episode may have fewer classes ``n`` than the head's ``N`` outputs (a head sized
+    for training with more ways than testing, ``config.meta.train_ways``, as
+    Prototypical Networks train with higher way, Snell et al. 2017 Sec. 3.1): classes
+    ``n..N-1`` get a zero row and a bias of half the dtype's lowest value, so their
+    softmax probability is exactly 0 and they never win the argmax.
+
     Args:
-      features: ``[N*K, D]`` support embeddings (the body's output), the head's dtype.
-      labels: ``[N*K]`` int class ids in ``0..N-1``; every class must occur.
+      features: ``[n*K, D]`` support embeddings (the body's output), the head's dtype.
+      labels: ``[n*K]`` int class ids ``0..n-1`` (``n <= N``); every one must occur.
 
     Returns:
       ``{kernel path: [D, N], bias path: [N]}``.
+
+    Raises:
+      InvalidArgumentError: a class below the largest label has no support example.
     """
     labels = tf.cast(labels, tf.int32)
     sums = tf.math.unsorted_segment_sum(features, labels, self.num_ways)
     counts = tf.math.unsorted_segment_sum(tf.ones_like(labels, features.dtype), labels,
                                           self.num_ways)
-    tf.debugging.assert_positive(
-        counts, message="A class of the head has no support example: each of the N "
-        "classes needs K >= 1 support examples.")
-    protos = sums / counts[:, None]                          # [N, D]
+    present = counts > 0                                     # classes 0..n-1
+    used = tf.range(self.num_ways) <= tf.reduce_max(labels)
+    tf.debugging.assert_equal(
+        tf.logical_or(present, tf.logical_not(used)), tf.ones_like(present),
+        message="A class of the episode has no support example: the labels must be "
+        "0..n-1 (n <= the head's N outputs), each with K >= 1 support examples.")
+    protos = sums / tf.maximum(counts, 1)[:, None]           # [N, D]
     h = protos
     for w, b in self.generator[:-1]:
       h = tf.nn.relu(tf.matmul(h, w) + b)
@@ -146,7 +158,11 @@ class SupportHypernetwork(anil.ANIL):
     rows = protos + delta[:, :-1]
     bias = -0.5 * tf.reduce_sum(tf.square(rows), axis=-1) + delta[:, -1]
     scale = tf.exp(self.log_scale)
-    return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: scale * bias}
+    rows = tf.where(present[:, None], rows, tf.zeros_like(rows))
+    bias = tf.where(present, scale * bias,
+                    tf.fill(tf.shape(bias), tf.constant(0.5 * features.dtype.min,
+                                                        features.dtype)))
+    return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: bias}
 
   def _initial_head(self, init, features, support_y) -> Weights:
     """The generated head (:meth:`generate_head`): what ANIL's inner steps start from

@@ -223,6 +223,7 @@ def _check_ranges(config) -> None:
   if config.data.augment_shift < 0:
     raise ConfigError(f"config.data.augment_shift must be >= 0 pixels (0: no shifts), got "
                       f"{config.data.augment_shift}.")
+  _check_augment(config)
   if config.task != "sinusoid":
     _check_model(config)
   _check_hypernet(config.hypernet, config.task)
@@ -293,6 +294,19 @@ def _check_hypernet(h, task: str) -> None:
                         "integers (N_in, N_out), e.g. (16, 16).")
 
 
+def _check_augment(config) -> None:
+  d = config.data
+  for name, top in (("augment_rotation", 180.0), ("augment_scale", 1.0),
+                    ("augment_shear", float("inf"))):
+    value = d.get(name, 0.0)
+    if not _finite(value) or not 0 <= value < top:
+      raise ConfigError(f"config.data.{name} must be a number in [0, {top:g}) (0: none), "
+                        f"got {value!r}.")
+    if value and config.task != "few_shot":
+      raise ConfigError(f"config.data.{name}={value!r} distorts few-shot episodes only "
+                        f"(config.task='few_shot'); set it to 0 for task {config.task!r}.")
+
+
 def _check_meta(config) -> None:
   mc = config.meta
   # The support-conditioned hypernetwork may skip the inner loop (0 inner steps).
@@ -309,6 +323,13 @@ def _check_meta(config) -> None:
   if not _finite(mc.inner_lr) or mc.inner_lr <= 0:
     raise ConfigError(f"config.meta.inner_lr must be a positive finite number (the inner "
                       f"loop's step size), got {mc.inner_lr!r}.")
+  _positive_ints(config, "meta", ("train_ways",), 0, " (0: num_ways.)")
+  if mc.get("train_ways", 0) and (mc.learner != "support_hypernet"
+                                  or config.task != "few_shot"):
+    raise ConfigError(
+        f"config.meta.train_ways={mc.train_ways} needs config.meta.learner="
+        f"'support_hypernet' on task 'few_shot' (got {mc.learner!r}, {config.task!r}): "
+        "other learners adapt an N-way head; set train_ways=0.")
   _check_meta_algorithms(config)
   if config.task != "few_shot" or config.data.name != "omniglot":
     return
@@ -492,8 +513,9 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return False
     if config.task == "sinusoid":
       return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries",
-                          "within_alphabet")
-    if name in ("generator_widths", "generator_scale", "first_order", "body_hypernet"):
+                          "within_alphabet", "train_ways")
+    if name in ("generator_widths", "generator_scale", "first_order", "body_hypernet",
+                "train_ways"):
       return config.meta.learner == "support_hypernet"
     if name in ("body_targets", "body_gate"):
       return config.meta.learner == "support_hypernet" and config.meta.body_hypernet != "none"
@@ -527,7 +549,11 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return config.data.name == "digits"
     if name in ("tfds_train_split", "tfds_test_split"):
       return str(config.data.name).startswith("tfds:")
-    return name == "name" or not meta  # Augmentation: the classification pipeline.
+    if name in ("augment_rotation", "augment_scale", "augment_shear"):
+      return config.task == "few_shot"
+    # Augmentation: the classification pipeline and few-shot meta-training episodes.
+    return name == "name" or not meta or (config.task == "few_shot"
+                                          and name.startswith("augment_"))
   if group == "model":
     if config.task == "sinusoid":
       return False
@@ -699,6 +725,11 @@ def base_config():
   c.data.test_fraction = 0.2   # digits only: held-out fraction per class
   c.data.augment_shift = 0     # random translation by up to this many pixels
   c.data.augment_flip = False  # random left-right flips
+  # Few-shot meta-training episodes also: each drawing's own random affine map (Koch et
+  # al. 2015 Sec. 4.3: 10 degrees, scale 0.2, shear 0.3), then the shift and the flip.
+  c.data.augment_rotation = 0.0  # largest rotation in degrees (few-shot only)
+  c.data.augment_scale = 0.0   # largest relative scale change per axis, in [0, 1)
+  c.data.augment_shear = 0.0   # largest shear factor
   # Plug-ins: data.name "tfds:NAME" (TensorFlow Datasets, from data_dir) or
   # "package.module:function"; model.name "keras.applications.<Model>" (weights=None,
   # resized to model.image_size) or "package.module:factory"; task "package.module:Class"
@@ -778,6 +809,8 @@ def base_config():
   c.meta = ml_collections.ConfigDict()
   c.meta.learner = "maml"      # maml | fomaml | metasgd | anil | support_hypernet
   c.meta.num_ways = 5          # N (few_shot)
+  c.meta.train_ways = 0        # support_hypernet: N of meta-training episodes (0: num_ways);
+  # more than num_ways trains with higher way (Snell et al. 2017), the head sized for both
   c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
   c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
   c.meta.eval_queries = 1      # query examples per class in meta-testing

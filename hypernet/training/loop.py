@@ -575,7 +575,7 @@ def _check_before_building(config) -> None:
     from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
     size = config.data.image_size
     target = meta_tasks.make_meta_target(config, (1,) if config.task == "sinusoid" else
-                                         (size, size, 1), config.meta.num_ways)
+                                         (size, size, 1), meta_tasks.head_ways(config))
   else:
     return
   config_lib.check_target_patterns(config, target)

@@ -223,12 +223,15 @@ def _check_episodes_fit(config, train_data, test_data) -> None:
   more examples of a class, than the meta-train or meta-test data hold."""
   from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   mc = config.meta
-  for side, data, queries, name in (("meta-train", train_data, mc.num_queries, "num_queries"),
-                                    ("meta-test", test_data, mc.eval_queries, "eval_queries")):
-    if mc.num_ways > data.num_classes:
+  train_ways = int(mc.get("train_ways", 0))
+  for side, data, queries, name, ways, ways_name in (
+      ("meta-train", train_data, mc.num_queries, "num_queries", train_ways or mc.num_ways,
+       "train_ways" if train_ways else "num_ways"),
+      ("meta-test", test_data, mc.eval_queries, "eval_queries", mc.num_ways, "num_ways")):
+    if ways > data.num_classes:
       raise config_lib.ConfigError(
-          f"config.meta.num_ways={mc.num_ways} exceeds the {data.num_classes} {side} classes "
-          f"of config.data.name={config.data.name!r}; lower num_ways" + (
+          f"config.meta.{ways_name}={ways} exceeds the {data.num_classes} {side} classes "
+          f"of config.data.name={config.data.name!r}; lower {ways_name}" + (
               " or config.data.num_test_characters." if config.data.name == "omniglot"
               else "."))
     fewest = int(np.min(data.class_counts))
@@ -254,6 +257,13 @@ def omniglot_dir(config) -> str:
         f"e.g. --config.data.data_dir=~/data/omniglot. Get them from {omniglot.OMNIGLOT_URL} "
         "(folder python/).")
   return folder
+
+
+def head_ways(config) -> int:
+  """The target head's outputs for a few-shot config: ``config.meta.num_ways``, or
+  ``config.meta.train_ways`` where that is larger (the support-conditioned hypernetwork
+  masks the classes an episode does not have)."""
+  return max(int(config.meta.num_ways), int(config.meta.get("train_ways", 0)))
 
 
 def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
@@ -441,16 +451,22 @@ class MetaLearningTask:
             f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
       _check_episodes_fit(config, train_data, test_data)
       image_shape = train_data.images.shape[1:]
-      self.target = make_meta_target(config, image_shape, mc.num_ways)
+      self.target = make_meta_target(config, image_shape, head_ways(config))
       loss = _CLASSIFICATION_LOSS
-      kwargs = dict(num_ways=mc.num_ways, num_shots=mc.num_shots)
+      train_ways = int(mc.get("train_ways", 0)) or mc.num_ways
       # The episode functions hold the images (8-bit coded where exact); the arrays
       # loaded here are not kept (on the Omniglot subset: 58 MB less resident memory).
       self._train_fn = episodes.make_episode_fn(
-          train_data, num_queries=mc.num_queries, seed=config.seed,
-          class_groups=groups if mc.within_alphabet else None, **kwargs)
+          train_data, num_ways=train_ways, num_shots=mc.num_shots,
+          num_queries=mc.num_queries, seed=config.seed,
+          class_groups=groups if mc.within_alphabet else None,
+          augment=episodes.few_shot_augment(
+              shift=config.data.augment_shift, rotation=config.data.augment_rotation,
+              scale=config.data.augment_scale, shear=config.data.augment_shear,
+              flip=config.data.augment_flip))
       self._eval_fn = episodes.make_episode_fn(
-          test_data, num_queries=mc.eval_queries, seed=mc.eval_seed, **kwargs)
+          test_data, num_ways=mc.num_ways, num_shots=mc.num_shots,
+          num_queries=mc.eval_queries, seed=mc.eval_seed)
       self.num_train_classes = train_data.num_classes
       self.num_test_classes = test_data.num_classes
       del train_data, test_data, data
