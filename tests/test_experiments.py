@@ -103,3 +103,20 @@ def test_hyper_c128_starts_at_a_chance_level_loss():
     batch = next(iter(task.train_dataset(256, seed, 0)))
     loss, _, _ = task.train_loss(batch, 256)
     assert float(loss) < 4.0, (seed, float(loss))
+
+
+def test_meta_seeds_table_gives_each_seed_its_interval_and_the_mean_over_seeds(tmp_path):
+  from experiments import meta_seeds
+  runs = {0: {"accuracy": 0.9, "accuracy_ci95": 0.006, "one_shot_error": 0.0875,
+              "wall_time_sec": 480.0},
+          1: {"accuracy": 0.92, "accuracy_ci95": 0.005, "one_shot_error": 0.0625,
+              "wall_time_sec": 600.0}}
+  text = meta_seeds.table({"omniglot_20way_support_hypernet": runs})
+  # 1.96 sqrt(p (1 - p) / 400) at p = 0.0875: 2.77 points; 35 of 400 queries.
+  assert "| 0 | 90.00% +- 0.60 | 8.75% +- 2.77 (35 of 400) | 8.0 min |" in text
+  # mean +- sample sd: 91.00 +- 1.41 and 7.50 +- 1.77.
+  assert "**91.00 +- 1.41** | **7.50 +- 1.77**" in text
+  assert meta_seeds.command("omniglot_support_hypernet", 2, "/w", "/d")[-1] == \
+      "--config.seed=2"
+  with pytest.raises(FileNotFoundError, match="omniglot_support_hypernet_s1 has no final"):
+    meta_seeds.run("omniglot_support_hypernet", 1, str(tmp_path), "/d", execute=False)
