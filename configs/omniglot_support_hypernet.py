@@ -6,7 +6,9 @@ prototype), so the head is produced per task from the support set instead of ada
 gradient steps (hypernet/meta/support_hypernet.py: Qiao et al. 2018's parameter
 predictor; at initialisation exactly Prototypical Networks' logits, Snell et al. 2017).
 No inner gradient step (``meta.inner_steps = 0``; > 0 fine-tunes the generated head, as
-Proto-MAML). Trained through the one loop, meta-batches of 16 tasks; meta-test: 600
+Proto-MAML). Every meta-training drawing gets its own random affine distortion (up to
+10 degrees, 20% scale per axis, shear 0.3) and shift (2 pixels): Koch et al. 2015's
+distortions (``config.data.augment_*``). Trained through the one loop, meta-batches of 16 tasks; meta-test: 600
 fixed 5-way 1-shot episodes on held-out characters (x4 rotations), accuracy with its
 95% interval.
 
@@ -36,4 +38,10 @@ def get_config():
   c.log_every = 100
   c.optim.lr = 1e-3
   c.optim.schedule = "cosine"
+  # Every meta-training drawing distorted (Koch et al. 2015 Sec. 4.3's sizes); meta-test
+  # episodes never are.
+  c.data.augment_rotation = 10.0
+  c.data.augment_scale = 0.2
+  c.data.augment_shear = 0.3
+  c.data.augment_shift = 2
   return c

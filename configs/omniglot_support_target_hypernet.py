@@ -9,7 +9,8 @@ the config.hypernet fields of its kind (chunks of 1,024 weights, 32-d chunk embe
 one 64-unit hidden layer: ~75k parameters for the conv4 body's 111k kernel weights).
 
 Data and meta-test as configs/omniglot_support_hypernet.py: the two background subsets,
-50 characters held out, 600 fixed 5-way 1-shot episodes with a 95% interval.
+50 characters held out, 600 fixed 5-way 1-shot episodes with a 95% interval; the
+meta-training drawings are not distorted.
 
     python -m hypernet.train --config=configs/omniglot_support_target_hypernet.py \
         --workdir=/tmp/hypernet/omniglot_support_target_hypernet \
@@ -26,4 +27,8 @@ def get_config():
   c.hypernet.chunk_size = 1024
   c.hypernet.chunk_emb_dim = 32
   c.hypernet.hidden = (64,)
+  # Undistorted drawings: the measured comparison with the head-only learner
+  # (experiments/RESULTS_meta.md) is without the distortions.
+  c.data.augment_rotation = c.data.augment_scale = c.data.augment_shear = 0.0
+  c.data.augment_shift = 0
   return c
