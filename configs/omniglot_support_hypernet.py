@@ -8,7 +8,9 @@ predictor; at initialisation exactly Prototypical Networks' logits, Snell et al.
 No inner gradient step (``meta.inner_steps = 0``; > 0 fine-tunes the generated head, as
 Proto-MAML). Every meta-training drawing gets its own random affine distortion (up to
 10 degrees, 20% scale per axis, shear 0.3) and shift (2 pixels): Koch et al. 2015's
-distortions (``config.data.augment_*``). Trained through the one loop, meta-batches of 16 tasks; meta-test: 600
+distortions (``config.data.augment_*``). Meta-trained with higher way, as Prototypical
+Networks are (Snell et al. 2017): 20-way episodes (``meta.train_ways``), 4 per meta-batch,
+5,000 meta-steps, through the one loop; meta-test: 600
 fixed 5-way 1-shot episodes on held-out characters (x4 rotations), accuracy with its
 95% interval.
 
@@ -32,7 +34,9 @@ def get_config():
   c.meta.inner_steps = 0
   c.meta.eval_inner_steps = 0
   c.meta.generator_widths = (64,)
-  c.num_steps = 3000
+  c.meta.train_ways = 20       # meta-trained 20-way, tested 5-way (Snell et al. 2017)
+  c.batch_size = 4             # 20-way tasks per meta-batch (80 classes per step)
+  c.num_steps = 5000
   c.eval_every = 500
   c.checkpoint_every = 500
   c.log_every = 100

@@ -10,7 +10,7 @@ one 64-unit hidden layer: ~75k parameters for the conv4 body's 111k kernel weigh
 
 Data and meta-test as configs/omniglot_support_hypernet.py: the two background subsets,
 50 characters held out, 600 fixed 5-way 1-shot episodes with a 95% interval; the
-meta-training drawings are not distorted.
+meta-training episodes are 5-way (16 per meta-batch, 3,000 meta-steps) and not distorted.
 
     python -m hypernet.train --config=configs/omniglot_support_target_hypernet.py \
         --workdir=/tmp/hypernet/omniglot_support_target_hypernet \
@@ -31,4 +31,5 @@ def get_config():
   # (experiments/RESULTS_meta.md) is without the distortions.
   c.data.augment_rotation = c.data.augment_scale = c.data.augment_shear = 0.0
   c.data.augment_shift = 0
+  c.meta.train_ways, c.batch_size, c.num_steps = 0, 16, 3000  # 5-way, 16 tasks, 3,000 steps
   return c
