@@ -71,7 +71,7 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("script", ["digits_sweep", "compression_frontier", "continual",
-                                    "chunked_diagnostics"])
+                                    "chunked_diagnostics", "meta_seeds"])
 def test_help_exits_0(script):
   """Every experiment script starts (its flags do not clash with those of a script it
   imports: compression_frontier imports digits_sweep)."""
