@@ -223,10 +223,9 @@ def _check_episodes_fit(config, train_data, test_data) -> None:
   more examples of a class, than the meta-train or meta-test data hold."""
   from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   mc = config.meta
-  train_ways = int(mc.get("train_ways", 0))
   for side, data, queries, name, ways, ways_name in (
-      ("meta-train", train_data, mc.num_queries, "num_queries", train_ways or mc.num_ways,
-       "train_ways" if train_ways else "num_ways"),
+      ("meta-train", train_data, mc.num_queries, "num_queries", train_ways(config),
+       "train_ways" if mc.get("train_ways", 0) else "num_ways"),
       ("meta-test", test_data, mc.eval_queries, "eval_queries", mc.num_ways, "num_ways")):
     if ways > data.num_classes:
       raise config_lib.ConfigError(
@@ -259,11 +258,17 @@ def omniglot_dir(config) -> str:
   return folder
 
 
+def train_ways(config) -> int:
+  """The classes of a meta-training episode: ``config.meta.train_ways``, or
+  ``config.meta.num_ways`` where that is 0 (trained as tested)."""
+  return int(config.meta.get("train_ways", 0)) or int(config.meta.num_ways)
+
+
 def head_ways(config) -> int:
   """The target head's outputs for a few-shot config: ``config.meta.num_ways``, or
   ``config.meta.train_ways`` where that is larger (the support-conditioned hypernetwork
   masks the classes an episode does not have)."""
-  return max(int(config.meta.num_ways), int(config.meta.get("train_ways", 0)))
+  return max(int(config.meta.num_ways), train_ways(config))
 
 
 def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
@@ -453,11 +458,10 @@ class MetaLearningTask:
       image_shape = train_data.images.shape[1:]
       self.target = make_meta_target(config, image_shape, head_ways(config))
       loss = _CLASSIFICATION_LOSS
-      train_ways = int(mc.get("train_ways", 0)) or mc.num_ways
       # The episode functions hold the images (8-bit coded where exact); the arrays
       # loaded here are not kept (on the Omniglot subset: 58 MB less resident memory).
       self._train_fn = episodes.make_episode_fn(
-          train_data, num_ways=train_ways, num_shots=mc.num_shots,
+          train_data, num_ways=train_ways(config), num_shots=mc.num_shots,
           num_queries=mc.num_queries, seed=config.seed,
           class_groups=groups if mc.within_alphabet else None,
           augment=episodes.few_shot_augment(
