@@ -29,13 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # Run as a file (python experiments/continual.py).
+  sys.path.insert(0, REPO)
+from experiments import seed_runs  # pylint: disable=g-import-not-at-top
 BENCHMARKS = ("split", "permuted")
 METHODS = ("hnet", "finetune", "ewc", "independent")
 LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
@@ -80,20 +81,6 @@ def short_run_overrides(name: str, steps_per_task: int) -> list:
   config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
   return [f"--config.continual.steps_per_task={steps_per_task}",
           f"--config.num_steps={config.continual.num_tasks * steps_per_task}"]
-
-
-def run(name: str, seed: int, root: str, data_dir: str, steps_per_task: int = 0) -> dict:
-  workdir = os.path.join(root, f"{name}_s{seed}")
-  path = os.path.join(workdir, "final_metrics.json")
-  if not os.path.exists(path):
-    t0 = time.time()
-    short = short_run_overrides(name, steps_per_task) if steps_per_task else []
-    subprocess.run([sys.executable, "-m", "hypernet.train", f"--config=configs/{name}.py",
-                    f"--workdir={workdir}", f"--config.data.data_dir={data_dir}",
-                    f"--config.seed={seed}"] + short, cwd=REPO, check=True)
-    print(f"{name} seed {seed}: {time.time() - t0:.0f} s", flush=True)
-  with open(path) as f:
-    return json.load(f)
 
 
 def test_images(workdir: str) -> int:
@@ -278,7 +265,9 @@ def main():
         if (args.run and method in methods) or os.path.exists(path):
           why = unfinished(workdir) if os.path.exists(path) else None
           if why is None:
-            result = run(name, seed, args.root, args.data_dir, args.steps_per_task)
+            short = (short_run_overrides(name, args.steps_per_task)
+                     if args.steps_per_task else [])
+            result = seed_runs.train_or_read(name, workdir, seed, args.data_dir, short)
             why = unfinished(workdir)
             if why is None:
               result["_test_images"] = test_images(workdir)

@@ -11,37 +11,24 @@ time) with the minimum, mean and maximum, and writes it to ``OUT/seeds.md``.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 from absl import app
 from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = "configs/digits_hyper.py"
+from experiments import seed_runs
+
+CONFIG_NAME = "digits_hyper"
 
 _OUT = flags.DEFINE_string("out", None, "Folder of the runs' workdirs and seeds.md.",
                            required=True)
 _SEEDS = flags.DEFINE_list("seeds", [str(s) for s in range(10)], "Seeds to run.")
 
 
-def command(workdir: str, seed: int) -> List[str]:
-  """The ``python -m hypernet.train`` command line of one seed."""
-  return [sys.executable, "-m", "hypernet.train", f"--config={CONFIG}",
-          f"--workdir={workdir}", f"--config.seed={seed}"]
-
-
 def run_seed(out: str, seed: int) -> Dict:
-  """Trains (or reads) one seed; returns its ``final_metrics.json``."""
-  workdir = os.path.join(out, f"seed{seed}")
-  final = os.path.join(workdir, "final_metrics.json")
-  if not os.path.exists(final):
-    subprocess.run(command(workdir, seed), cwd=REPO, check=True)
-  with open(final) as f:
-    return json.load(f)
+  """Trains (or reads) one seed in ``OUT/seed<N>``; returns its ``final_metrics.json``."""
+  return seed_runs.train_or_read(CONFIG_NAME, os.path.join(out, f"seed{seed}"), seed)
 
 
 def table(results: Dict[int, Dict], test_size: int = 359) -> str:

@@ -20,44 +20,31 @@ finished run, one with ``final_metrics.json``, is read, not re-run), and writes:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __package__ in (None, ""):  # Run as a file (python experiments/meta_seeds.py).
+  sys.path.insert(0, REPO)
+from experiments import seed_runs  # pylint: disable=g-import-not-at-top
 RUN_QUERIES = 400  # Lake et al.'s 20 runs x 20 queries
-
-
-def command(name: str, seed: int, workdir: str, data_dir: str,
-            extra: Sequence[str] = ()) -> List[str]:
-  """The ``hypernet.train`` command line of one seed."""
-  return [sys.executable, "-m", "hypernet.train", f"--config=configs/{name}.py",
-          f"--workdir={workdir}", f"--config.data.data_dir={data_dir}",
-          f"--config.seed={seed}", *extra]
 
 
 def run(name: str, seed: int, root: str, data_dir: str, extra: Sequence[str] = (),
         execute: bool = True) -> Dict:
-  """``final_metrics.json`` of ``ROOT/<name>_s<seed>``, training it first if it has none
-  and ``execute``.
+  """``final_metrics.json`` of ``ROOT/<name>_s<seed>`` (with its ``workdir``), training
+  it first if it has none and ``execute`` (``seed_runs.train_or_read``).
 
   Raises:
     FileNotFoundError: no final metrics and ``execute`` is False (names the workdir).
     subprocess.CalledProcessError: the run failed.
   """
   workdir = os.path.join(root, f"{name}_s{seed}")
-  path = os.path.join(workdir, "final_metrics.json")
-  if not os.path.exists(path):
-    if not execute:
-      raise FileNotFoundError(f"{workdir} has no final_metrics.json: run it (drop --no-run).")
-    subprocess.run(command(name, seed, workdir, data_dir, extra), cwd=REPO, check=True)
-  with open(path) as f:
-    metrics = json.load(f)
+  metrics = seed_runs.train_or_read(name, workdir, seed, data_dir, extra, execute)
   metrics["workdir"] = workdir
   return metrics
 

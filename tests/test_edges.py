@@ -628,8 +628,8 @@ def test_batchnorm_statistics_are_per_task_and_independent_forgets_nothing(tmp_p
 def test_digits_seeds_table_and_command(tmp_path):
   """experiments/digits_seeds.py: the command it runs is the README's main job with a
   seed, and the table's errors / min / mean / max come from the accuracies."""
-  from experiments import digits_seeds  # pylint: disable=g-import-not-at-top
-  assert digits_seeds.command(str(tmp_path / "seed3"), 3)[1:] == [
+  from experiments import digits_seeds, seed_runs  # pylint: disable=g-import-not-at-top
+  assert seed_runs.train_command(digits_seeds.CONFIG_NAME, str(tmp_path / "seed3"), 3)[1:] == [
       "-m", "hypernet.train", "--config=configs/digits_hyper.py",
       f"--workdir={tmp_path / 'seed3'}", "--config.seed=3"]
   text = digits_seeds.table({0: {"accuracy": 354 / 359, "wall_time_sec": 30.0},

@@ -106,7 +106,7 @@ def test_hyper_c128_starts_at_a_chance_level_loss():
 
 
 def test_meta_seeds_table_gives_each_seed_its_interval_and_the_mean_over_seeds(tmp_path):
-  from experiments import meta_seeds
+  from experiments import meta_seeds, seed_runs
   runs = {0: {"accuracy": 0.9, "accuracy_ci95": 0.006, "one_shot_error": 0.0875,
               "wall_time_sec": 480.0},
           1: {"accuracy": 0.92, "accuracy_ci95": 0.005, "one_shot_error": 0.0625,
@@ -116,7 +116,7 @@ def test_meta_seeds_table_gives_each_seed_its_interval_and_the_mean_over_seeds(t
   assert "| 0 | 90.00% +- 0.60 | 8.75% +- 2.77 (35 of 400) | 8.0 min |" in text
   # mean +- sample sd: 91.00 +- 1.41 and 7.50 +- 1.77.
   assert "**91.00 +- 1.41** | **7.50 +- 1.77**" in text
-  assert meta_seeds.command("omniglot_support_hypernet", 2, "/w", "/d")[-1] == \
-      "--config.seed=2"
+  assert seed_runs.train_command("omniglot_support_hypernet", "/w", 2, "/d", ["--x=1"])[-3:] \
+      == ["--config.data.data_dir=/d", "--config.seed=2", "--x=1"]
   with pytest.raises(FileNotFoundError, match="omniglot_support_hypernet_s1 has no final"):
     meta_seeds.run("omniglot_support_hypernet", 1, str(tmp_path), "/d", execute=False)
