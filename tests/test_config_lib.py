@@ -236,6 +236,7 @@ _NAN, _INF = float("nan"), float("inf")
     ("omniglot_support_hypernet", "meta.inner_steps", -1),
     ("omniglot_support_hypernet", "meta.train_ways", -1),
     ("omniglot_maml", "meta.train_ways", 20),          # Its head is adapted, not generated.
+    ("omniglot_support_hypernet", "meta.train_before_metrics", True),  # No 'before' head.
     ("sinusoid_maml", "meta.num_shots", 0),
     ("split_fmnist_hnet", "continual.num_tasks", 0),
     ("split_fmnist_hnet", "continual.steps_per_task", 0),

@@ -331,3 +331,5 @@ def test_support_hypernetwork_meta_model_saves_its_generator(tmp_path, digits):
     np.testing.assert_array_equal(a.numpy(), b)
   batch = tf.data.Dataset.from_tensors(next(iter(_episodes(digits, seed=2))))
   np.testing.assert_array_equal(loaded.predict(batch, verbose=0), model.predict(batch, verbose=0))
+  # Its head is generated per task: no "before adaptation" scores of the unused one.
+  assert sorted(model.evaluate(batch, verbose=0, return_dict=True)) == ["accuracy", "loss"]

@@ -186,6 +186,8 @@ def test_trains_in_the_one_loop_on_digits_episodes(tmp_path, train_ways):
   assert after["accuracy"] > before["accuracy"] + 0.1 and after["accuracy"] > 0.8
   assert after["accuracy_steps_0"] == pytest.approx(after["accuracy"], abs=1e-6)
   assert "accuracy_steps_1_ci95" in after
+  # The target's own head is never used: no "before adaptation" metrics of it.
+  assert not [k for k in after if "_before" in k], sorted(after)
   head = {id(v) for v in trainer.task.target.get_layer("head").trainable_variables}
   assert not head & {id(v) for v in trainer.variables}  # generated, not trained
   # D = 2 * 2 * 16 = 64 features; phi: 64 -> 64 (ReLU) -> 64 + 1, and the scale.

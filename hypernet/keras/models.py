@@ -294,7 +294,8 @@ class MetaModel(keras.Model):
     after adaptation) and, for classification, ``accuracy``.
   * ``test_step``: the same tasks adapted without an update (with ``eval_inner_steps``
     inner steps): ``loss``, ``accuracy`` after adaptation and ``loss_before`` /
-    ``accuracy_before`` at the initial weights.
+    ``accuracy_before`` at the initial weights (not for ``"support_hypernet"``, whose
+    head is generated per task: the target's own head is never used).
   * ``call({"support_x", "support_y", "query_x"})``: the query outputs after adaptation,
     ``[T, N*Q, outputs]`` (``predict``).
 
@@ -336,8 +337,9 @@ class MetaModel(keras.Model):
     self._learner_variables = list(self.learner.trainable_variables)
     names = ["loss"] + (["accuracy"] if self.classification else [])
     self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
-    self._eval_trackers = {n: keras.metrics.Mean(name=n) for n in
-                           names + [f"{n}_before" for n in names]}
+    self._whens = ("after",) if learner == "support_hypernet" else ("after", "before")
+    self._eval_trackers = {n: keras.metrics.Mean(name=n) for n in names + (
+        [f"{n}_before" for n in names] if "before" in self._whens else [])}
     self.built = True
 
   def compile(self, optimizer="adam", **kwargs):
@@ -431,8 +433,8 @@ class MetaModel(keras.Model):
     from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
     tasks = self._episodes(data)
     result = self._with_eval_steps(lambda: meta_batch.meta_batch_loss(
-        self.learner, tasks, before_metrics=True))
-    for when in ("after", "before"):
+        self.learner, tasks, before_metrics="before" in self._whens))
+    for when in self._whens:
       suffix = "" if when == "after" else "_before"
       self._eval_trackers["loss" + suffix].update_state(result.per_task[f"query_loss_{when}"])
       if self.classification:

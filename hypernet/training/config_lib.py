@@ -330,6 +330,10 @@ def _check_meta(config) -> None:
         f"config.meta.train_ways={mc.train_ways} needs config.meta.learner="
         f"'support_hypernet' on task 'few_shot' (got {mc.learner!r}, {config.task!r}): "
         "other learners adapt an N-way head; set train_ways=0.")
+  if mc.get("train_before_metrics", False) and mc.learner == "support_hypernet":
+    raise ConfigError(
+        "config.meta.train_before_metrics=True with config.meta.learner='support_hypernet': "
+        "its head is generated per task, so there is no 'before' to log; set it to False.")
   _check_meta_algorithms(config)
   if config.task != "few_shot" or config.data.name != "omniglot":
     return

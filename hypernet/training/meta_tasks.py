@@ -40,7 +40,8 @@ hidden layers (40, 40 in the paper).
 Metrics: training (per step, averaged over the logged steps): ``loss`` / ``accuracy``
 (query set after adaptation), with ``config.meta.train_before_metrics`` also
 ``loss_before`` / ``accuracy_before`` (query set at the initial weights: one more forward
-pass per task, off by default) and, for Meta-SGD, ``inner_lr/<path>``: the mean learned inner learning
+pass per task, off by default; none for the support-conditioned hypernetwork, whose head
+is generated per task) and, for Meta-SGD, ``inner_lr/<path>``: the mean learned inner learning
 rate of each adapted tensor. Evaluation: the same plus ``accuracy_ci95`` (``loss_ci95``
 for sinusoids) and ``one_shot_error``.
 
@@ -435,7 +436,12 @@ class MetaLearningTask:
       raise ValueError(f"config.meta.bn_mode={self.bn_mode!r}; use one of {list(BN_MODES)}.")
     self.first_order_steps = int(mc.get("first_order_steps", 0))
     self.msl_anneal_steps = int(mc.get("msl_anneal_steps", 1000))
-    self.train_before_metrics = bool(mc.get("train_before_metrics", False))
+    # The query set at the initial weights (``*_before``): the support-conditioned
+    # hypernetwork has none worth reporting, since its head is generated per task and the
+    # target's own head variable is never used.
+    self.before_metrics = mc.learner != "support_hypernet"
+    self.train_before_metrics = (bool(mc.get("train_before_metrics", False))
+                                 and self.before_metrics)
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
     self.eval_steps_sweep = tuple(int(k) for k in mc.eval_steps_sweep)
     if any(k < min_steps for k in self.eval_steps_sweep):
@@ -496,7 +502,8 @@ class MetaLearningTask:
     self.inner_lr_names = [f"inner_lr/{p}" for p in getattr(self.learner, "inner_lrs", {})]
     base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
         else ["loss", "loss_before"]
-    self.metric_names: List[str] = base + self.inner_lr_names
+    self.metric_names: List[str] = [n for n in base if self.before_metrics or
+                                    "_before" not in n] + self.inner_lr_names
     # Training logs the _before metrics only with config.meta.train_before_metrics.
     self.train_metric_names: List[str] = [
         n for n in self.metric_names if self.train_before_metrics or "_before" not in n]
@@ -695,12 +702,14 @@ class MetaLearningTask:
 
   def eval_sums(self, batch):
     """Metric sums over the batch's real tasks: ``loss``, ``loss_before`` (and
-    ``accuracy``, ``accuracy_before``), sums of squares ``accuracy_sq`` (``loss_sq`` for
+    ``accuracy``, ``accuracy_before``; no ``_before`` for the support-conditioned
+    hypernetwork), sums of squares ``accuracy_sq`` (``loss_sq`` for
     sinusoids) for the 95% interval, ``one_shot_error`` over the official runs, and for
     each ``k`` of ``config.meta.eval_steps_sweep`` the same tasks after ``k`` inner
     steps: ``loss_steps_k`` (``accuracy_steps_k``) with ``_sq`` companions (Finn et al.
     2017, Fig. 3: MSE after 1..10 steps)."""
-    result = self._adapted_meta_batch(batch, self.eval_inner_steps)
+    result = self._adapted_meta_batch(batch, self.eval_inner_steps,
+                                      before_metrics=self.before_metrics)
     pt = {k: tf.cast(v, tf.float32) for k, v in result.per_task.items()}
     w, rw = batch["weight"], batch["extra_weight"]
     n = tf.reduce_sum(w)
@@ -714,12 +723,14 @@ class MetaLearningTask:
         value = sweep_pt[f"query_{name}_after"]
         sweep[f"{name}_steps_{k}"] = (total(value), n)
         sweep[f"{name}_steps_{k}_sq"] = (total(tf.square(value)), n)
-    sums = {"loss": (total(pt["query_loss_after"]), n),
-            "loss_before": (total(pt["query_loss_before"]), n)}
+    sums = {"loss": (total(pt["query_loss_after"]), n)}
+    if self.before_metrics:
+      sums["loss_before"] = (total(pt["query_loss_before"]), n)
     if self.classification:
       acc = pt["query_accuracy_after"]
-      sums.update(accuracy=(total(acc), n), accuracy_sq=(total(tf.square(acc)), n),
-                  accuracy_before=(total(pt["query_accuracy_before"]), n))
+      sums.update(accuracy=(total(acc), n), accuracy_sq=(total(tf.square(acc)), n))
+      if self.before_metrics:
+        sums["accuracy_before"] = (total(pt["query_accuracy_before"]), n)
       if self.runs:
         sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
     else:
