@@ -77,6 +77,8 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     ConfigError: an incompatible ``config.json``.
     ExportConditionError (a ValueError): exporting a ``condition`` the run's weight
       source does not have (checked before any work).
+    NotExportableError (a ValueError): exporting a run with no single target network
+      (the support-conditioned hypernetwork; checked before any work).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.training import checkpoints, export, loop  # pylint: disable=g-import-not-at-top
@@ -84,6 +86,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     export.check_export_path(export_path)
   config = load_config(workdir)
   if export_path:
+    export.check_exportable(config)
     export.check_condition(config, condition)
   if data_dir is not None:
     config.data.data_dir = data_dir
@@ -155,6 +158,7 @@ def main(argv):
       export.check_export_path(_EXPORT.value)
     config = cli.read_workdir_config(workdir)
     if _EXPORT.value:
+      export.check_exportable(config)
       export.check_condition(config, _CONDITION.value)
     cli.check_checkpoint_exists(workdir, checkpoint)
     logging.info("Evaluating %s (loading TensorFlow) ...", workdir)

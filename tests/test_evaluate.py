@@ -177,6 +177,20 @@ def test_export_condition_out_of_range_fails_before_any_work(tmp_path, condition
   export.check_condition(_config(), 9)  # One weight set: the condition is ignored.
 
 
+@pytest.mark.parametrize("name", ["omniglot_support_hypernet",
+                                  "omniglot_support_target_hypernet"])
+def test_support_hypernetwork_run_refuses_export_before_any_work(tmp_path, name):
+  """Its head is generated per task (the target's own head is never trained): no file
+  of a target network, refused from config.json alone (this workdir has no checkpoint)."""
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  with pytest.raises(export.NotExportableError,
+                     match=r"^--export: config\.meta\.learner='support_hypernet' generates"):
+    evaluate.evaluate(str(tmp_path), export_path=str(tmp_path / "x.keras"), output="")
+  with pytest.raises(FileNotFoundError):  # Without --export: on to the checkpoint.
+    evaluate.evaluate(str(tmp_path), output="")
+
+
 def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialisation(tmp_path):
   """5-way 1-shot MAML on digits (a few_shot config): hypernet.evaluate reproduces the
   loop's final meta-test metrics; the export is the learned initialisation."""

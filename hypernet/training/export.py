@@ -9,7 +9,9 @@ no ``hypernet`` import, no hypernetwork, no custom objects.
   them); a conditional hypernetwork exports one condition (task id) per file;
 * plain training: the target's own weights;
 * meta-learners: the learned initial (pre-adaptation) weights -- fast weights depend
-  on each episode's support set and are not part of the file.
+  on each episode's support set and are not part of the file. The support-conditioned
+  hypernetwork, whose head is generated per task, has no such network: refused
+  (:func:`check_exportable`).
 
 Non-trainable state (BatchNorm moving statistics) is copied from the trained target.
 
@@ -28,8 +30,8 @@ import os
 from typing import Dict, Optional
 
 # Keras, TensorFlow and the summaries are imported where they are used: the command line
-# checks an export path and condition (check_export_path, check_condition) before it
-# imports TensorFlow.
+# checks an export path, the run and its condition (check_export_path, check_exportable,
+# check_condition) before it imports TensorFlow.
 
 
 def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
@@ -96,6 +98,28 @@ def num_conditions(config) -> int:
   if config.hypernet.kind != "none":
     return int(config.hypernet.num_conditions)
   return 0
+
+
+class NotExportableError(ValueError):
+  """The run has no single target network to export."""
+
+
+def check_exportable(config) -> None:
+  """Fails before any work on a run whose target network is not one set of weights.
+
+  The support-conditioned hypernetwork (``config.meta.learner="support_hypernet"``)
+  generates the classifier head from each task's support set; the target's own head
+  variable is never trained, so a file of the target would classify with an untrained
+  head.
+
+  Raises:
+    NotExportableError (a ValueError): one line naming the learner and what to use.
+  """
+  if config.task in ("few_shot", "sinusoid") and config.meta.learner == "support_hypernet":
+    raise NotExportableError(
+        "--export: config.meta.learner='support_hypernet' generates the head from each "
+        "task's support set, so the run has no single target network to export; score it "
+        "without --export, or train with hypernet.keras.MetaModel and save that model.")
 
 
 def check_condition(config, condition: Optional[int]) -> None:
