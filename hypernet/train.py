@@ -52,11 +52,11 @@ def main(argv):
                  config_flags.get_config_filename(flags.FLAGS["config"]), config.num_steps, workdir)
     start = time.time()
     cli.quiet_startup(sys.argv)
-    from hypernet.training import loop  # pylint: disable=g-import-not-at-top
+    from hypernet.training import export, loop  # pylint: disable=g-import-not-at-top
     logging.info("Loaded TensorFlow in %.1f s; loading the data and building the model ...",
                  time.time() - start)
     result = loop.train_and_evaluate(config, workdir)
-    print(cli.closing_summary(result, workdir), flush=True)
+    print(cli.closing_summary(result, workdir, export.exportable(config)), flush=True)
 
   cli.run_main(run, _TRACEBACK.value, interrupted="stopped by Ctrl-C before a checkpoint "
                "was saved; rerun the same command to start again.")

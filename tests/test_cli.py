@@ -285,6 +285,9 @@ def test_closing_summary_counts_a_resumed_process_and_shows_fractions_in_percent
       "  export:      python -m hypernet.evaluate --workdir='/tmp/my run' "
       "--export='/tmp/my run/target.keras'",
       "  TensorBoard: tensorboard --logdir '/tmp/my run'"]
+  # A run with no single target network (support-conditioned hypernetwork): evaluate it.
+  assert cli.closing_summary(result, "/tmp/run", exportable=False).splitlines()[-2] == \
+      "  evaluate:    python -m hypernet.evaluate --workdir=/tmp/run"
 
 
 def test_a_user_error_exits_1_and_silences_tensorflows_unrestored_value_list():

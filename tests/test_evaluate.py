@@ -189,6 +189,14 @@ def test_support_hypernetwork_run_refuses_export_before_any_work(tmp_path, name)
     evaluate.evaluate(str(tmp_path), export_path=str(tmp_path / "x.keras"), output="")
   with pytest.raises(FileNotFoundError):  # Without --export: on to the checkpoint.
     evaluate.evaluate(str(tmp_path), output="")
+  out = subprocess.run([sys.executable, "-m", "hypernet.evaluate", f"--workdir={tmp_path}",
+                        f"--export={tmp_path / 'x.keras'}"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+      "evaluate.py: error: --export: config.meta.learner='support_hypernet' generates the "
+      "head from each task's support set, so the run has no single target network to "
+      "export; score it without --export, or train with hypernet.keras.MetaModel and save "
+      "that model."], out.stderr
 
 
 def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialisation(tmp_path):

@@ -319,7 +319,7 @@ def user_errors() -> tuple:
   modules that import TensorFlow are included once they are loaded."""
   from hypernet.training import config_lib, export  # pylint: disable=g-import-not-at-top
   errors = [config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
-            export.ExportPathError, export.ExportConditionError]
+            export.ExportPathError, export.ExportConditionError, export.NotExportableError]
   for module, name in (("hypernet.training.checkpoints", "WorkdirInUseError"),
                        ("hypernet.training.loop", "NonFiniteLossError"),
                        ("hypernet.training.loop", "WorkdirWriteError")):
@@ -488,7 +488,7 @@ def latest_checkpoint_step(folder: str) -> Optional[int]:
   return int(match.group(1)) if match else None
 
 
-def closing_summary(result: Mapping, workdir: str) -> str:
+def closing_summary(result: Mapping, workdir: str, exportable: bool = True) -> str:
   """The block a training run ends with: final test metrics (accuracy in %), steps, wall
   time, where the results are, and the next commands: evaluating / exporting the run and
   TensorBoard.
@@ -496,6 +496,8 @@ def closing_summary(result: Mapping, workdir: str) -> str:
   Args:
     result: ``loop.train_and_evaluate``'s return value (or ``final_metrics.json``).
     workdir: the run's folder.
+    exportable: whether the run has one target network to export
+      (``export.exportable``); if not, the next command given is evaluating it.
 
   Returns:
     Six lines (seven with skipped steps), e.g.::
@@ -524,7 +526,8 @@ def closing_summary(result: Mapping, workdir: str) -> str:
       f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
                                          else ""),
-      f"  export:      python -m hypernet.evaluate --workdir={quoted} --export={target}",
+      f"  export:      python -m hypernet.evaluate --workdir={quoted} --export={target}"
+      if exportable else f"  evaluate:    python -m hypernet.evaluate --workdir={quoted}",
       f"  TensorBoard: tensorboard --logdir {quoted}",
   ]
   if result.get("skipped_steps"):

@@ -104,18 +104,25 @@ class NotExportableError(ValueError):
   """The run has no single target network to export."""
 
 
-def check_exportable(config) -> None:
-  """Fails before any work on a run whose target network is not one set of weights.
+def exportable(config) -> bool:
+  """Whether a run's target network is one set of weights that can be exported.
 
-  The support-conditioned hypernetwork (``config.meta.learner="support_hypernet"``)
-  generates the classifier head from each task's support set; the target's own head
-  variable is never trained, so a file of the target would classify with an untrained
-  head.
+  Not for the support-conditioned hypernetwork (``config.meta.learner=
+  "support_hypernet"``): it generates the classifier head from each task's support set
+  and never trains the target's own head variable, so a file of the target would
+  classify with an untrained head.
+  """
+  return not (config.task in ("few_shot", "sinusoid")
+              and config.meta.learner == "support_hypernet")
+
+
+def check_exportable(config) -> None:
+  """Fails before any work on a run that is not :func:`exportable`.
 
   Raises:
     NotExportableError (a ValueError): one line naming the learner and what to use.
   """
-  if config.task in ("few_shot", "sinusoid") and config.meta.learner == "support_hypernet":
+  if not exportable(config):
     raise NotExportableError(
         "--export: config.meta.learner='support_hypernet' generates the head from each "
         "task's support set, so the run has no single target network to export; score it "
