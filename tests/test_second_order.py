@@ -48,17 +48,17 @@ def _pre(units_shape):
 
 
 def _image_case(layer, shape=(5, 5, 3), channels=3):
-  return lambda: (_seq(shape, _pre(channels) + [layer, _tanh()]),
+  return lambda: (_seq(shape, _pre(channels) + [layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(2,) + shape))
 
 
 def _seq_case(layer, shape=(4, 3)):
-  return lambda: (_seq(shape, _pre(shape[-1]) + [layer, _tanh()]),
+  return lambda: (_seq(shape, _pre(shape[-1]) + [layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(3,) + shape))
 
 
 def _vector_case(layer, shape=(6,)):
-  return lambda: (_seq(shape, _pre(shape[-1]) + [layer, _tanh()]),
+  return lambda: (_seq(shape, _pre(shape[-1]) + [layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(4,) + shape))
 
 
@@ -82,52 +82,55 @@ def _attention_case():
   return build
 
 
+# Each case builds its model (the layer under test included) afresh on every call, after
+# the test seeds Keras: a case's weights do not depend on which test built it first.
 CASES = {
-    "Dense": _vector_case(L.Dense(5, dtype=F64)),
-    "EinsumDense": _vector_case(L.EinsumDense("ab,bc->ac", output_shape=5, bias_axes="c",
+    "Dense": _vector_case(lambda: L.Dense(5, dtype=F64)),
+    "EinsumDense": _vector_case(lambda: L.EinsumDense("ab,bc->ac", output_shape=5, bias_axes="c",
                                               dtype=F64)),
-    "Conv1D": _seq_case(L.Conv1D(4, 2, dtype=F64)),
-    "Conv2D": _image_case(L.Conv2D(4, 3, padding="same", dtype=F64)),
-    "Conv2D_strided": _image_case(L.Conv2D(4, 3, strides=2, dtype=F64)),
+    "Conv1D": _seq_case(lambda: L.Conv1D(4, 2, dtype=F64)),
+    "Conv2D": _image_case(lambda: L.Conv2D(4, 3, padding="same", dtype=F64)),
+    "Conv2D_strided": _image_case(lambda: L.Conv2D(4, 3, strides=2, dtype=F64)),
     "Conv3D": lambda: (_seq((3, 3, 3, 2), _pre(2) + [L.Conv3D(2, 2, dtype=F64), _tanh()]),
                        np.random.default_rng(0).normal(size=(2, 3, 3, 3, 2))),
-    "Conv1DTranspose": _seq_case(L.Conv1DTranspose(2, 2, strides=2, dtype=F64)),
-    "Conv2DTranspose": _image_case(L.Conv2DTranspose(2, 3, strides=2, dtype=F64)),
-    "DepthwiseConv1D": _seq_case(L.DepthwiseConv1D(2, dtype=F64)),
-    "DepthwiseConv2D": _image_case(L.DepthwiseConv2D(3, depth_multiplier=2, dtype=F64)),
-    "SeparableConv1D": _seq_case(L.SeparableConv1D(2, 2, dtype=F64)),
-    "SeparableConv2D": _image_case(L.SeparableConv2D(2, 3, dtype=F64)),
+    "Conv1DTranspose": _seq_case(lambda: L.Conv1DTranspose(2, 2, strides=2, dtype=F64)),
+    "Conv2DTranspose": _image_case(lambda: L.Conv2DTranspose(2, 3, strides=2, dtype=F64)),
+    "DepthwiseConv1D": _seq_case(lambda: L.DepthwiseConv1D(2, dtype=F64)),
+    "DepthwiseConv2D": _image_case(lambda: L.DepthwiseConv2D(3, depth_multiplier=2, dtype=F64)),
+    "SeparableConv1D": _seq_case(lambda: L.SeparableConv1D(2, 2, dtype=F64)),
+    "SeparableConv2D": _image_case(lambda: L.SeparableConv2D(2, 3, dtype=F64)),
     "Embedding": _embedding_case(),
-    "BatchNormalization": _image_case(L.BatchNormalization(dtype=F64)),
-    "BatchNormalization_inference": _image_case(L.BatchNormalization(dtype=F64)),
-    "LayerNormalization": _vector_case(L.LayerNormalization(dtype=F64)),
-    "LayerNormalization_rms": _vector_case(L.LayerNormalization(rms_scaling=True, dtype=F64)),
-    "GroupNormalization": _image_case(L.GroupNormalization(groups=3, dtype=F64)),
-    "RMSNormalization": _vector_case(L.RMSNormalization(dtype=F64)),
-    "UnitNormalization": _vector_case(L.UnitNormalization(dtype=F64)),
-    "MaxPooling2D": _image_case(L.MaxPooling2D(2, dtype=F64)),
-    "AveragePooling2D": _image_case(L.AveragePooling2D(2, dtype=F64)),
-    "GlobalAveragePooling2D": _image_case(L.GlobalAveragePooling2D(dtype=F64)),
-    "GlobalMaxPooling1D": _seq_case(L.GlobalMaxPooling1D(dtype=F64)),
-    "Dropout": _vector_case(L.Dropout(0.5, seed=3, dtype=F64)),
-    "PReLU": _vector_case(L.PReLU(alpha_initializer=keras.initializers.Constant(0.3),
+    "BatchNormalization": _image_case(lambda: L.BatchNormalization(dtype=F64)),
+    "BatchNormalization_inference": _image_case(lambda: L.BatchNormalization(dtype=F64)),
+    "LayerNormalization": _vector_case(lambda: L.LayerNormalization(dtype=F64)),
+    "LayerNormalization_rms": _vector_case(lambda: L.LayerNormalization(rms_scaling=True,
+                                                                         dtype=F64)),
+    "GroupNormalization": _image_case(lambda: L.GroupNormalization(groups=3, dtype=F64)),
+    "RMSNormalization": _vector_case(lambda: L.RMSNormalization(dtype=F64)),
+    "UnitNormalization": _vector_case(lambda: L.UnitNormalization(dtype=F64)),
+    "MaxPooling2D": _image_case(lambda: L.MaxPooling2D(2, dtype=F64)),
+    "AveragePooling2D": _image_case(lambda: L.AveragePooling2D(2, dtype=F64)),
+    "GlobalAveragePooling2D": _image_case(lambda: L.GlobalAveragePooling2D(dtype=F64)),
+    "GlobalMaxPooling1D": _seq_case(lambda: L.GlobalMaxPooling1D(dtype=F64)),
+    "Dropout": _vector_case(lambda: L.Dropout(0.5, seed=3, dtype=F64)),
+    "PReLU": _vector_case(lambda: L.PReLU(alpha_initializer=keras.initializers.Constant(0.3),
                                   dtype=F64)),
-    "ELU_Softmax": _vector_case(keras.Sequential([L.ELU(dtype=F64), L.Softmax(dtype=F64)])),
-    "SimpleRNN": _seq_case(L.SimpleRNN(3, return_sequences=True, dtype=F64)),
-    "LSTM": _seq_case(L.LSTM(3, dtype=F64)),
-    "GRU": _seq_case(L.GRU(3, return_sequences=True, dtype=F64)),
-    "Bidirectional_LSTM": _seq_case(L.Bidirectional(L.LSTM(2, return_sequences=True,
+    "ELU_Softmax": _vector_case(lambda: keras.Sequential([L.ELU(dtype=F64), L.Softmax(dtype=F64)])),
+    "SimpleRNN": _seq_case(lambda: L.SimpleRNN(3, return_sequences=True, dtype=F64)),
+    "LSTM": _seq_case(lambda: L.LSTM(3, dtype=F64)),
+    "GRU": _seq_case(lambda: L.GRU(3, return_sequences=True, dtype=F64)),
+    "Bidirectional_LSTM": _seq_case(lambda: L.Bidirectional(L.LSTM(2, return_sequences=True,
                                                             dtype=F64), dtype=F64)),
     "MultiHeadAttention": _attention_case(),
-    "Conv2D_dilated": _image_case(L.Conv2D(2, 2, dilation_rate=2, dtype=F64)),
-    "ZeroPadding_Cropping_UpSamplingNearest": _image_case(keras.Sequential([
+    "Conv2D_dilated": _image_case(lambda: L.Conv2D(2, 2, dilation_rate=2, dtype=F64)),
+    "ZeroPadding_Cropping_UpSamplingNearest": _image_case(lambda: keras.Sequential([
         L.ZeroPadding2D(1, dtype=F64), L.Cropping2D(1, dtype=F64),
         L.UpSampling2D(2, dtype=F64)])),
-    "Reshape_Permute": _image_case(keras.Sequential([
+    "Reshape_Permute": _image_case(lambda: keras.Sequential([
         L.Reshape((25, 3), dtype=F64), L.Permute((2, 1), dtype=F64)])),
-    "GaussianNoise_GaussianDropout": _vector_case(keras.Sequential([
+    "GaussianNoise_GaussianDropout": _vector_case(lambda: keras.Sequential([
         L.GaussianNoise(0.3, seed=1, dtype=F64), L.GaussianDropout(0.3, seed=2, dtype=F64)])),
-    "BatchNormalization_axis1": _seq_case(L.BatchNormalization(axis=1, momentum=0.3,
+    "BatchNormalization_axis1": _seq_case(lambda: L.BatchNormalization(axis=1, momentum=0.3,
                                                                dtype=F64)),
     "ConvLSTM1D": lambda: (_seq((3, 4, 2), _pre(2) + [L.ConvLSTM1D(2, 2, dtype=F64), _tanh()]),
                            np.random.default_rng(0).normal(size=(2, 3, 4, 2))),
