@@ -47,18 +47,18 @@ def _pre(units_shape):
   return [L.Dense(units_shape, dtype=F64, name="pre"), _tanh()]
 
 
-def _image_case(layer, shape=(5, 5, 3), channels=3):
-  return lambda: (_seq(shape, _pre(channels) + [layer(), _tanh()]),
+def _image_case(make_layer, shape=(5, 5, 3), channels=3):
+  return lambda: (_seq(shape, _pre(channels) + [make_layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(2,) + shape))
 
 
-def _seq_case(layer, shape=(4, 3)):
-  return lambda: (_seq(shape, _pre(shape[-1]) + [layer(), _tanh()]),
+def _seq_case(make_layer, shape=(4, 3)):
+  return lambda: (_seq(shape, _pre(shape[-1]) + [make_layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(3,) + shape))
 
 
-def _vector_case(layer, shape=(6,)):
-  return lambda: (_seq(shape, _pre(shape[-1]) + [layer(), _tanh()]),
+def _vector_case(make_layer, shape=(6,)):
+  return lambda: (_seq(shape, _pre(shape[-1]) + [make_layer(), _tanh()]),
                   np.random.default_rng(0).normal(size=(4,) + shape))
 
 
@@ -86,8 +86,8 @@ def _attention_case():
 # the test seeds Keras: a case's weights do not depend on which test built it first.
 CASES = {
     "Dense": _vector_case(lambda: L.Dense(5, dtype=F64)),
-    "EinsumDense": _vector_case(lambda: L.EinsumDense("ab,bc->ac", output_shape=5, bias_axes="c",
-                                              dtype=F64)),
+    "EinsumDense": _vector_case(lambda: L.EinsumDense("ab,bc->ac", output_shape=5,
+                                                      bias_axes="c", dtype=F64)),
     "Conv1D": _seq_case(lambda: L.Conv1D(4, 2, dtype=F64)),
     "Conv2D": _image_case(lambda: L.Conv2D(4, 3, padding="same", dtype=F64)),
     "Conv2D_strided": _image_case(lambda: L.Conv2D(4, 3, strides=2, dtype=F64)),
@@ -113,14 +113,15 @@ CASES = {
     "GlobalAveragePooling2D": _image_case(lambda: L.GlobalAveragePooling2D(dtype=F64)),
     "GlobalMaxPooling1D": _seq_case(lambda: L.GlobalMaxPooling1D(dtype=F64)),
     "Dropout": _vector_case(lambda: L.Dropout(0.5, seed=3, dtype=F64)),
-    "PReLU": _vector_case(lambda: L.PReLU(alpha_initializer=keras.initializers.Constant(0.3),
-                                  dtype=F64)),
-    "ELU_Softmax": _vector_case(lambda: keras.Sequential([L.ELU(dtype=F64), L.Softmax(dtype=F64)])),
+    "PReLU": _vector_case(lambda: L.PReLU(
+        alpha_initializer=keras.initializers.Constant(0.3), dtype=F64)),
+    "ELU_Softmax": _vector_case(lambda: keras.Sequential([L.ELU(dtype=F64),
+                                                          L.Softmax(dtype=F64)])),
     "SimpleRNN": _seq_case(lambda: L.SimpleRNN(3, return_sequences=True, dtype=F64)),
     "LSTM": _seq_case(lambda: L.LSTM(3, dtype=F64)),
     "GRU": _seq_case(lambda: L.GRU(3, return_sequences=True, dtype=F64)),
-    "Bidirectional_LSTM": _seq_case(lambda: L.Bidirectional(L.LSTM(2, return_sequences=True,
-                                                            dtype=F64), dtype=F64)),
+    "Bidirectional_LSTM": _seq_case(lambda: L.Bidirectional(
+        L.LSTM(2, return_sequences=True, dtype=F64), dtype=F64)),
     "MultiHeadAttention": _attention_case(),
     "Conv2D_dilated": _image_case(lambda: L.Conv2D(2, 2, dilation_rate=2, dtype=F64)),
     "ZeroPadding_Cropping_UpSamplingNearest": _image_case(lambda: keras.Sequential([
@@ -131,7 +132,7 @@ CASES = {
     "GaussianNoise_GaussianDropout": _vector_case(lambda: keras.Sequential([
         L.GaussianNoise(0.3, seed=1, dtype=F64), L.GaussianDropout(0.3, seed=2, dtype=F64)])),
     "BatchNormalization_axis1": _seq_case(lambda: L.BatchNormalization(axis=1, momentum=0.3,
-                                                               dtype=F64)),
+                                                                       dtype=F64)),
     "ConvLSTM1D": lambda: (_seq((3, 4, 2), _pre(2) + [L.ConvLSTM1D(2, 2, dtype=F64), _tanh()]),
                            np.random.default_rng(0).normal(size=(2, 3, 4, 2))),
 }
