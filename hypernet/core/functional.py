@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import keras
 import tensorflow as tf
 
-from hypernet.numerics import compat, fused_norm, second_order
+from hypernet.numerics import accel, compat, second_order
 from hypernet.core import ops, weight_roles
 from hypernet.core.paths import _check_built, _relative_path, variable_paths  # pylint: disable=unused-import
 
@@ -203,33 +203,18 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
                     training: Optional[bool] = False, return_state: bool = False,
                     return_losses: bool = False,
                     state: Optional[Weights] = None, strict: bool = True,
-                    overrides: Optional[Mapping[str, Callable]] = None, **kwargs):
+                    overrides: Optional[Mapping[str, Callable]] = None,
+                    accelerate: accel.Accelerate = True, **kwargs):
   """Runs ``model(*args, **kwargs)`` with some or all of its weights given as tensors.
 
   The forward pass reads ``weights[path]`` wherever the model would read the variable at
   that path, so gradients flow from the outputs back to those tensors (and on to whatever
-  produced them: a hypernetwork, an inner loop). Variables whose path is not in
-  ``weights`` are read as they are, so their gradients flow to the variables.
-
-  Built on Keras 3 ``Layer.stateless_call``; the model's variables are never assigned.
-  Normalisation moments are computed exactly to second order during the call
-  (:mod:`hypernet.numerics.second_order`), so nested tapes around it (MAML, Hessian-vector
-  products) give exact second derivatives; ``docs/layers.md`` lists, per Keras layer
-  class, what is tested exact to first and second order. A float32 training-mode
-  ``BatchNormalization`` runs on TensorFlow's fused kernel (:mod:`hypernet.numerics.fused_norm`:
-  exact to second order, 1.2-1.5x faster MAML meta-steps); ``with fused_norm.disabled():``
-  keeps Keras' own code. The meta-learners' calls (:mod:`hypernet.meta`) run with plain
-  bias additions on CPU (:mod:`hypernet.numerics.plain_bias`) and each BatchNorm -> ReLU -> 2x2
-  max-pool block on one kernel (:mod:`hypernet.numerics.norm_relu_pool`).
-
-  Layer constraints (``kernel_constraint=``, ``bias_constraint=``, ...; ``NonNeg``,
-  ``MaxNorm``, ``UnitNorm``, ``MinMaxNorm`` or a user's callable) are applied to the
-  *given* trainable weights inside the call, as a differentiable projection: the layer
-  computes with ``constraint(weights[path])`` (e.g. a ``NonNeg`` kernel given ``-1``
-  computes with ``0``, and its gradient there is ``0``), whether the tensor is generated
-  by a hypernetwork or adapted by an inner loop; the tensors the caller holds are not
-  changed. A variable not given is read as it is (Keras' optimisers apply its constraint
-  after each update). ``docs/layers.md`` ("Layer constraints").
+  produced them: a hypernetwork, an inner loop); variables not given are read as they
+  are. Built on Keras 3 ``Layer.stateless_call``; the model's variables are never
+  assigned. Normalisation moments are exact to second order, so nested tapes around the
+  call give exact second derivatives (``docs/layers.md``: what is tested per layer).
+  A given weight of a layer with a constraint (``kernel_constraint=``...) is used as
+  ``constraint(weights[path])``, differentiably (``docs/layers.md``, "Layer constraints").
 
   Args:
     model: a built Keras 3 model (Sequential, Functional, subclassed, nested).
@@ -253,6 +238,11 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       straight through to ``h`` (see :func:`hypernet.core.ops.override_layer_outputs`). E.g.
       a model ``y = a**2`` with ``overrides={"a": lambda a: 2.0 * tf.ones_like(a)}``
       where ``a = 1`` gives ``y = 4`` and ``dy/da = 4``. The model is left unmodified.
+    accelerate: which faster kernels the call uses (:func:`hypernet.numerics.accel.choose`
+      decides from this and the device): ``True`` fused float32 training-mode
+      BatchNorm; ``"meta"`` (the meta-learners' calls) also, on CPU, plain bias adds and
+      fused BatchNorm-ReLU-max-pool blocks; ``False`` Keras' own code. Values differ by
+      rounding only; ``accel.disabled()`` turns them off around a block.
     **kwargs: passed to the model's ``call``.
 
   Returns:
@@ -261,18 +251,15 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     ``(outputs, new_state, losses)`` (Keras' ``stateless_call`` order), where
     ``new_state`` is ``{path: tensor}`` over all non-trainable variables (moving mean and
     variance after this batch in training mode, unchanged values in inference mode). Apply
-    it with :func:`assign_state` or feed it back through ``state=``.
-
-    Inside ``tf.distribute`` ``strategy.run`` with several replicas, seed-generator states
-    not given in ``state`` are read with the replica id folded in (see
-    :func:`_replica_seed`), so dropout masks differ across replicas; replica 0's
-    returned state is the single-device one (``hypernet.training.distribute.all_reduce_state``
-    broadcasts it).
+    it with :func:`assign_state` or feed it back through ``state=``. Under a
+    ``tf.distribute`` strategy with several replicas, seed states not given are read with
+    the replica id folded in (:func:`_replica_seed`: dropout masks differ per replica).
 
   Raises:
     ValueError: the model is not built; a path names no variable of the model (the
       message lists the paths); a tensor's shape differs from the variable's; an
-      ``overrides`` key names no layer (the message lists the layer names).
+      ``overrides`` key names no layer (the message lists the layer names); an unknown
+      ``accelerate``.
     TypeError: ``weights`` / ``state`` is not a dict; a value is not one tensor (e.g. a
       list of variables); a tensor's dtype differs from the variable's; a constraint
       changes a weight's shape or dtype.
@@ -309,7 +296,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     kwargs["training"] = training
   with (ops.override_layer_outputs(model, overrides) if overrides
         else contextlib.nullcontext()), second_order.exact_moments_scope(), \
-      fused_norm.fused_batch_norm_scope():
+      accel.scope(accelerate):
     result = model.stateless_call(tv, ntv, *args, return_losses=return_losses, **kwargs)
   outputs, new_ntv = result[0], result[1]
   out = (outputs,)

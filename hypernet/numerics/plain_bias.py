@@ -44,6 +44,7 @@ seeds 97.90% -> 97.49%), so those calls keep Keras' own ``add``.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Iterator
 
 import keras
@@ -53,6 +54,7 @@ import tensorflow as tf
 from hypernet.numerics import compat, devices, norm_relu_pool
 
 _on = compat.Switch("hypernet.numerics.plain_bias.plain_bias_scope()")
+_off = compat.Switch("hypernet.numerics.plain_bias.disabled()")
 _original_add = None
 _unavailable = None  # why Keras' own add runs everywhere in this process (canary)
 
@@ -63,7 +65,7 @@ def _cpu_only() -> bool:
 
 def is_active() -> bool:
   """Whether Keras' ``add`` is a plain ``tf.add`` in this thread right now."""
-  return _unavailable is None and _on.on() and _cpu_only()
+  return _unavailable is None and _on.on() and not _off.on() and _cpu_only()
 
 
 def _dense(x) -> bool:
@@ -184,10 +186,14 @@ def _canary():
 
 
 def call(fn, *args, **kwargs):
-  """``fn(*args, **kwargs)`` within :func:`plain_bias_scope` and
-  :func:`hypernet.numerics.norm_relu_pool.scope` (BatchNorm -> ReLU -> max-pool blocks on one
-  kernel): how the meta-learners (:mod:`hypernet.meta`, :mod:`hypernet.training.meta_tasks`) make
-  their functional calls."""
+  """Deprecated: ``functional_call(..., accelerate="meta")`` does this.
+
+  ``fn(*args, **kwargs)`` within :func:`plain_bias_scope` and
+  :func:`hypernet.numerics.norm_relu_pool.scope`, as the meta-learners' functional calls
+  ran before :mod:`hypernet.numerics.accel` (the same graph, so the same values)."""
+  warnings.warn("hypernet.numerics.plain_bias.call(functional_call, ...) is deprecated; "
+                "call functional_call(..., accelerate='meta').", DeprecationWarning,
+                stacklevel=2)
   with plain_bias_scope(), norm_relu_pool.scope():
     return fn(*args, **kwargs)
 
@@ -200,3 +206,10 @@ def plain_bias_scope() -> Iterator[None]:
   _install()
   with _on():
     yield
+
+
+def disabled():
+  """Within the block (this thread), Keras' own ``add`` runs even inside
+  :func:`plain_bias_scope`. A re-entrant context manager counted where it is entered
+  (enter it inside the traced function), like :func:`plain_bias_scope`."""
+  return _off()
