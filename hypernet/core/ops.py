@@ -1,47 +1,25 @@
 """Straight-through value overrides, and the weight quantisers built on them.
 
-The one primitive here is :func:`override_value`: a tensor that *is* ``value`` in the
-forward pass and *is* ``x`` in the backward pass. Everything else builds on it:
-
-* :func:`override_layer_outputs` (and ``functional_call(..., overrides=...)``) replaces a
-  named layer's output inside a model call, so downstream layers see the new value while
-  the gradient still reaches everything upstream of that layer;
-* :func:`binary`, :func:`ternary` and :func:`int8` quantise weights with a
-  straight-through estimator, and :func:`quantize_weights` applies one of them, chosen by
-  name from a config, to a target network's weight dict (e.g. a hypernetwork's output).
-
-Worked example (the whole idea in two lines). A model computes ``y = a**2`` from a layer
-``"a"`` whose output is ``a = 1``. Override ``a`` to ``2``: the forward pass gives
-``y = 2**2 = 4``, and the backward pass gives ``dy/da = 2 * 2 = 4`` -- the derivative of
-the downstream function *at the new value*, passed unchanged (straight through) to ``a``
-and on to whatever produced ``a``::
-
-  y = functional_call(model, None, x, overrides={"a": lambda a: tf.ones_like(a) * 2.0})
-  # y == 4, and tape.gradient(y, <a's input>) == 4 * da/d<input>
-
-Why not ``x + tf.stop_gradient(value - x)``? Its gradient is right but its value is not
-``value`` in floating point: ``value - x`` rounds, and adding ``x`` back rounds again. For
-the int8 fake quantiser ``q(x) = clip(round(x / 0.01), -128, 127) * 0.01`` at ``x = 1000``
-in float32, ``q(x) = 1.27`` but the naive form gives ``1.2700195``. :func:`override_value`
-returns ``value`` itself, bit for bit.
+:func:`override_value` is a tensor that *is* ``value`` in the forward pass, bit for bit,
+and *is* ``x`` in the backward pass (the straight-through estimator).
+:func:`override_layer_outputs` (``functional_call(..., overrides=...)``) replaces a named
+layer's output inside a model call with it; :func:`binary`, :func:`ternary` and
+:func:`int8` quantise weights with it, and :func:`quantize_weights` applies one, chosen by
+name, to a weight dict (e.g. a hypernetwork's output). Each function gives its worked
+example and its paper.
 
 References:
   Y. Bengio, N. Leonard, A. Courville. Estimating or propagating gradients through
-    stochastic neurons for conditional computation. arXiv:1308.3432, 2013
-    (the straight-through estimator).
+    stochastic neurons for conditional computation. arXiv:1308.3432, 2013.
   M. Courbariaux, Y. Bengio, J.-P. David. BinaryConnect: training deep neural networks
-    with binary weights during propagations. NeurIPS 2015, arXiv:1511.00363; and
-    M. Courbariaux, I. Hubara et al. Binarized neural networks (BinaryNet).
-    arXiv:1602.02830, 2016.
-  M. Rastegari, V. Ordonez, J. Redmon, A. Farhadi. XNOR-Net. ECCV 2016,
-    arXiv:1603.05279 (Binary-Weight-Networks: scale alpha = ||W||_1 / n).
-  F. Li, B. Zhang, B. Liu. Ternary weight networks. arXiv:1605.04711, 2016
-    (threshold Delta = 0.7 * E|W|, scale alpha = mean |W_i| over |W_i| > Delta).
+    with binary weights during propagations. NeurIPS 2015, arXiv:1511.00363;
+    M. Courbariaux, I. Hubara et al. Binarized neural networks. arXiv:1602.02830, 2016.
+  M. Rastegari, V. Ordonez, J. Redmon, A. Farhadi. XNOR-Net. ECCV 2016, arXiv:1603.05279.
+  F. Li, B. Zhang, B. Liu. Ternary weight networks. arXiv:1605.04711, 2016.
   B. Jacob et al. Quantization and training of neural networks for efficient
     integer-arithmetic-only inference. CVPR 2018, arXiv:1712.05877; R. Krishnamoorthi.
     Quantizing deep convolutional networks for efficient inference: a whitepaper.
-    arXiv:1806.08342, 2018 (symmetric per-tensor int8, scale = max|w| / 127).
-"""
+    arXiv:1806.08342, 2018."""
 from __future__ import annotations
 
 import contextlib

@@ -2,43 +2,8 @@
 
 A hypernetwork's initialisation (:mod:`hypernet.hypernetworks.init`) needs, for every
 generated tensor, whether it is a kernel (and then its fan-in and fan-out), a bias (the
-fans of its layer's kernel) or something else (BatchNorm scale, ...). Names cannot tell:
-a ``DepthwiseConv2D`` named ``"dw"`` has a variable ``"dw/kernel"`` of shape
-``[3, 3, 64, 1]`` whose fans are ``(9, 9)``, not the ``(576, 9)`` a Conv2D kernel of that
-shape would have. :func:`weight_roles` therefore looks at the layer that owns each
-variable and the attribute it holds it in:
-
-================================  =============================  ==========================
-layer class (and subclasses)      weight, shape                  (fan_in, fan_out)
-================================  =============================  ==========================
-Dense                             kernel ``[in, out]``           ``(in, out)``
-EinsumDense                       kernel, any rank               (product of the kernel axes
-                                                                 contracted with the input,
-                                                                 product of those kept in
-                                                                 the output)
-Conv1D/2D/3D (``groups`` g)       kernel ``[*k, in/g, out]``     ``(K*in/g, K*out/g)``,
-                                                                 ``K = prod(k)``
-Conv1D/2D/3DTranspose             kernel ``[*k, out, in]``       ``(K*in/S, K*out)``,
-                                                                 ``S = prod(strides)``: the
-                                                                 mean number of inputs
-                                                                 reaching one output
-DepthwiseConv1D/2D                kernel ``[*k, in, m]``         ``(K, K*m)``
-SeparableConv1D/2D                depthwise_kernel               ``(K, K*m)``
-                                  pointwise_kernel ``[1.., c, out]``  ``(c, out)``
-Embedding                         embeddings ``[vocab, d]``      ``(1, d)``: one row is read
-                                                                 per output (a Dense layer
-                                                                 on a one-hot input)
-SimpleRNN/LSTM/GRU cells          kernel ``[in, G*u]``           ``(in, u)`` per gate
-                                  recurrent_kernel ``[u, G*u]``  ``(u, u)`` per gate
-ConvLSTM1D/2D/3D cells            kernel ``[*k, in, 4f]``        ``(K*in, K*f)`` per gate
-                                  recurrent_kernel               ``(K*f, K*f)`` per gate
-================================  =============================  ==========================
-
-Biases of these layers get the role ``"bias"`` with their layer's kernel fans. Every other
-variable is ``"other"``, also a kernel of a user's own layer class: its initial values
-(from the layer's own initializer) give its statistics. Sources: He et al. 2015
-(fan-in), Glorot & Bengio 2010 (fan-in / fan-out), Chang et al. 2020 (hyperfan init).
-"""
+fans of its layer's kernel) or something else: :func:`weight_roles` decides it from the
+layer that owns each variable (its table of layer classes and fans)."""
 from __future__ import annotations
 
 from typing import Dict, Mapping, NamedTuple, Optional
@@ -182,7 +147,33 @@ def _owners(layers):
 
 def weight_roles(model: keras.layers.Layer) -> Dict[str, WeightRole]:
   """``{path: WeightRole}`` for every variable of a built model (paths as in
-  :func:`hypernet.core.functional.variable_paths`), decided from the owning layer's class.
+  :func:`hypernet.core.functional.variable_paths`), decided from the owning layer's class
+  and the attribute holding the variable (names cannot tell: a ``DepthwiseConv2D``
+  kernel ``[3, 3, 64, 1]`` has fans ``(9, 9)``, not a Conv2D kernel's ``(576, 9)``):
+
+  | layer class (and subclasses) | weight ``[shape]`` | (fan_in, fan_out) |
+  |---|---|---|
+  | Dense | kernel ``[in, out]`` | ``(in, out)`` |
+  | EinsumDense | kernel, any rank | products of the axes contracted, kept (1) |
+  | Conv1D/2D/3D (``groups`` g) | kernel ``[*k, in/g, out]`` | ``(K*in/g, K*out/g)`` (2) |
+  | Conv1D/2D/3DTranspose | kernel ``[*k, out, in]`` | ``(K*in/S, K*out)`` (3) |
+  | DepthwiseConv1D/2D | kernel ``[*k, in, m]`` | ``(K, K*m)`` |
+  | SeparableConv1D/2D | depthwise_kernel | ``(K, K*m)`` |
+  | | pointwise_kernel ``[1.., c, out]`` | ``(c, out)`` |
+  | Embedding | embeddings ``[vocab, d]`` | ``(1, d)`` (4) |
+  | SimpleRNN/LSTM/GRU cells | kernel ``[in, G*u]`` | ``(in, u)`` per gate |
+  | | recurrent_kernel ``[u, G*u]`` | ``(u, u)`` per gate |
+  | ConvLSTM1D/2D/3D cells | kernel ``[*k, in, 4f]`` | ``(K*in, K*f)`` per gate |
+  | | recurrent_kernel | ``(K*f, K*f)`` per gate |
+
+  (1) the kernel axes contracted with the input, and those kept in the output; (2)
+  ``K = prod(k)``; (3) ``S = prod(strides)``: the mean number of inputs reaching one
+  output; (4) one row is read per output (a Dense layer on a one-hot input).
+
+  Biases of these layers get the role ``"bias"`` with their layer's kernel fans. Every
+  other variable is ``"other"``, also a kernel of a user's own layer class: its initial
+  values (from the layer's own initializer) give its statistics. Sources: He et al. 2015
+  (fan-in), Glorot & Bengio 2010 (fan-in / fan-out), Chang et al. 2020 (hyperfan init).
 
   Raises:
     ValueError: the model is not built (see :func:`hypernet.core.functional.variable_paths`).

@@ -1,30 +1,15 @@
 """Omniglot, read straight from the zips of Brenden Lake's repository.
 
 Omniglot (Lake, Salakhutdinov & Tenenbaum, "Human-level concept learning through
-probabilistic program induction", Science 2015) has 1623 handwritten characters from 50
-alphabets, 20 drawings each, as 105x105 1-bit PNGs. This module reads
-
-* the image zips ``images_background.zip`` / ``images_evaluation.zip`` (and the subsets
-  ``images_background_small1.zip`` / ``images_background_small2.zip``) of
-  https://github.com/brendenlake/omniglot (folder ``python/``), laid out as
-  ``<zip stem>/<Alphabet>/<characterNN>/<drawing>.png``, without extracting them;
-  one class per (alphabet, character): :func:`load_omniglot`;
-* a deterministic train/test split *by character*, with the 90/180/270-degree rotation
-  augmentation of Finn et al. 2017 applied after the split: :func:`split_by_character`;
-* the 20 runs of the official 20-way one-shot classification task
-  (``python/one-shot-classification/all_runs.zip``) and their error rate, the number
-  Lake et al. 2015 report: :func:`load_one_shot_runs`, :func:`one_shot_error_rate`.
-
-Images come out as float32 in [0, 1] with *ink = 1* (the PNGs are black strokes on
-white, pixel 0 = ink), resized from 105x105 to ``image_size`` (28 by default, as in
-Vinyals et al. 2016 and Finn et al. 2017). Decoded zips are cached in memory per
-(file, size, mtime, image_size, resample): the two small background zips (5,840 PNGs)
-decode in 0.5-1 s on one (shared) CPU core, a cached reload takes ~0.03 s; decoding
-time grows linearly, so the full 32,460 PNGs take a few seconds.
-
-Pure numpy + Pillow; feed the arrays to :mod:`hypernet.data.episodes` for N-way K-shot
-episodes.
-"""
+probabilistic program induction", Science 2015): 1623 handwritten characters from 50
+alphabets, 20 drawings each, as 105x105 1-bit PNGs (black strokes on white), in the zips
+of https://github.com/brendenlake/omniglot (folder ``python/``). :func:`load_omniglot`
+reads the image zips without extracting them (one class per character; float32 in
+[0, 1] with ink = 1, 28x28 by default as in Vinyals et al. 2016 and Finn et al. 2017;
+decoded zips cached in memory, :func:`clear_cache`); :func:`split_by_character` splits by
+character with Finn et al.'s 90/180/270-degree rotations after the split;
+:func:`load_one_shot_runs` and :func:`one_shot_error_rate` give the official 20-way
+one-shot task. Pure numpy + Pillow; :mod:`hypernet.data.episodes` makes the episodes."""
 from __future__ import annotations
 
 import dataclasses

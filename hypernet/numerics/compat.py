@@ -1,27 +1,12 @@
 """Every private TensorFlow / Keras hook hypernet still relies on, in one place.
 
-hypernet prefers public APIs. Where none gives what the functional call needs (exact
-second-order moments, fused kernels, plain bias additions, a few graph facts), the
-private name is reached through this module only, and each hook **checks itself at its
-first use** with a canary that computes a known value. On a failed canary the hook falls
-back to exact public code (with one warning saying why) or raises one clear line; a hook
-never stays in place computing something else. ``ARCHITECTURE.md`` ("Private
-dependencies") lists each hook, why it stays, and its canary.
-
-The canaries run once per process, each in a short-lived thread of its own: eager, with
-no tape, trace, ``tf.distribute`` strategy, Keras stateless scope or dtype policy of the
-caller around them, whatever the first use is inside. :func:`canary_report` returns their
-outcomes.
-
-Also here: the per-thread switches on Keras methods (:class:`Switch`,
-:func:`install_dispatcher`) through which :mod:`.second_order`, :mod:`.fused_norm`,
-:mod:`.plain_bias` and :mod:`.norm_relu_pool` change what a Keras layer computes inside
-hypernet's calls. A switch counts only where it was entered: eagerly, or in the
-``tf.function`` being traced (the outermost one; control flow and functions traced inside
-it included). So a trace depends on the switches its own code enters and on nothing
-around the call: ``tf.function`` reuses traces whatever the switches around its calls,
-and with this rule a trace made under one switch state is never reused under another.
-"""
+Each hook checks itself at first use with a canary that computes a known value (run once
+per process in a thread of its own, :func:`canary_report`) and falls back to exact public
+code or raises one clear line. Also here: the per-thread switches (:class:`Switch`,
+counted where entered: eagerly or in the ``tf.function`` being traced) and
+:func:`install_dispatcher`, through which the other numerics modules change what a Keras
+layer computes inside hypernet's calls. ``docs/numerics.md`` ("The switches");
+``ARCHITECTURE.md`` ("Private dependencies") lists each hook and its canary."""
 from __future__ import annotations
 
 import contextlib

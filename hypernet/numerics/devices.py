@@ -1,29 +1,9 @@
-"""Device facts and the choices they decide (one place, so every choice reads the same).
+"""Device facts and the choices they decide, as functions of the device kind.
 
-Every device-dependent choice in hypernet is a function here of the *device kind*
-(``"cpu"``, ``"gpu"`` or ``"tpu"``), which callers may pass in (tests check each choice
-with each kind on a CPU machine); left out, it is :func:`accelerator`, what TensorFlow
-sees now:
-
-==============================  =====  =====  =====  ====================================
-choice                          cpu    gpu    tpu    used by
-==============================  =====  =====  =====  ====================================
-:func:`cpu_kernels`             on     off    off    ``norm_relu_pool`` (fused BatchNorm ->
-                                                     ReLU -> max-pool C++ kernel),
-                                                     ``plain_bias`` (plain bias adds)
-:func:`xla_auto`                off    on     on     ``config.jit_compile="auto"``
-:func:`loss_scaling` (policy)   same on every kind   ``mixed_float16`` only
-:func:`precision_warning`       fp16   bf16 below compute capability 8.0, fp16 below 7.0
-==============================  =====  =====  =====  ====================================
-
-The fused C++ kernel has CPU kernels only, and the plain adds exist to keep oneDNN (the
-CPU backend) from merging ``Conv2D`` + ``BiasAdd``; on a GPU, cuDNN's own fusions are
-kept and nothing of hypernet's CPU work runs. On a TPU the ops must compile with XLA, which
-the C++ kernel cannot. Generated weights are not placed by hypernet: they are computed by
-ordinary ops where the step runs (each replica's device under a strategy), so they never
-travel through the host (``tests/test_devices.py`` checks the placement under
-``MirroredStrategy``).
-"""
+Every device-dependent choice is a function here of ``"cpu"``, ``"gpu"`` or ``"tpu"``
+(passed in, or :func:`accelerator`, what TensorFlow sees now): :func:`cpu_kernels`
+(:mod:`.accel`'s CPU-only accelerations), :func:`xla_auto`, :func:`loss_scaling`,
+:func:`precision_warning`. The table and its reasons: ``docs/numerics.md`` ("Device facts")."""
 from typing import Optional, Tuple
 
 import tensorflow as tf
@@ -71,8 +51,9 @@ def cpu_only(kind: Optional[str] = None) -> bool:
 def cpu_kernels(kind: Optional[str] = None) -> bool:
   """Whether hypernet's CPU numerics may run: the fused BatchNorm -> ReLU -> max-pool
   kernel (:mod:`hypernet.numerics.norm_relu_pool`) and the plain bias adds
-  (:mod:`hypernet.numerics.plain_bias`). Only on a CPU-only machine: the C++ kernel has no
-  GPU/TPU kernel, and the bias adds only matter to oneDNN.
+  (:mod:`hypernet.numerics.plain_bias`), as :mod:`hypernet.numerics.accel` chooses them.
+  Only on a CPU-only machine: the C++ kernel has no GPU/TPU kernel, and the bias adds
+  only matter to oneDNN.
 
   Raises:
     ValueError: ``kind`` is not one of :data:`KINDS`.

@@ -1,41 +1,10 @@
-"""BatchNormalization on TensorFlow's fused kernel inside functional calls.
+"""Training-mode BatchNormalization on TensorFlow's fused kernel inside functional calls.
 
-Keras 3's ``BatchNormalization`` on the TensorFlow backend computes a training-mode batch
-norm as separate element-wise ops (moments, subtract, multiply, add), and so does its
-gradient: in the Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, 15 queries,
-first order, meta-batch 16) those ops took a third of the kernel time (455 of 1,338 ms
-for 2 steps: 1,492 ``Mul``, 535 ``Tile``, ``Sum``, ``SquaredDifference``, ``Mean``...;
-``benchmarks/op_profile.py --unfused``). TensorFlow's ``FusedBatchNormV3`` does the
-forward pass (with the ReLU after it) in one kernel and its registered gradient
-(``FusedBatchNormGradV3``) the backward pass in another, on oneDNN (CPU) or cuDNN (GPU):
-137 ms for the same 2 steps, and meta-steps 1.2-1.5x faster (``benchmarks/op_profile.py``,
-``benchmarks/meta_bench.py``; README's benchmark section).
-
-:func:`fused_batch_norm_scope` (entered by every
-:func:`hypernet.core.functional.functional_call`) routes a ``BatchNormalization`` call to the
-fused kernel when it is a plain training-mode batch norm over the last axis of a float32
-tensor (after Keras' own upcast of float16 / bfloat16 inputs): ``training=True``, a
-trainable layer, no mask, no ``renorm``, not ``synchronized``. Everything else (float64,
-inference, masks, other axes, subclasses that redefine ``call`` or ``_moments``) runs
-Keras' own code. The moving statistics are updated as Keras does (momentum, biased batch
-variance) and are differentiable like Keras' (a loss through the returned state, e.g.
-an inference-mode query on adapted statistics, gets the exact gradient).
-
-Derivatives: the first derivative is the fused kernel's analytic gradient; the second
-is TensorFlow's registered gradient of ``FusedBatchNormGradV3``, which differentiates
-that analytic gradient and is exact (a float32 MAML meta-gradient through two BatchNorm
-layers agrees with the float64 exact one to 1.5e-6 relative, as the unfused path does:
-``tests/test_fused_norm.py``). Derivatives of order three and above are not (that
-gradient treats the batch mean inside the variance as a constant, which only a second
-differentiation sees): for them run in float64, or inside :func:`disabled`, where the
-exact moments of :mod:`hypernet.numerics.second_order` apply. The fused forward pass rounds
-differently from Keras' decomposition (errors against float64 within 2x of Keras',
-either way; ~1e-6 of the normalised values at unit scale).
-
-Inside :func:`hypernet.numerics.norm_relu_pool.scope` (the meta-learners' calls) each such call
-also registers its output, so that a ``MaxPooling2D(2)`` of its ``ReLU`` computes the
-whole block on the fused BatchNorm -> ReLU -> max-pool kernel (that module's doc).
-"""
+Within :func:`fused_batch_norm_scope` (one of the accelerations of :mod:`.accel`), a
+plain float32 training-mode ``BatchNormalization`` over the last axis runs on
+``FusedBatchNormV3``, exact to second order, with Keras' moving-statistics update;
+everything else runs Keras' own code. Where it applies and its derivatives:
+``docs/numerics.md`` ("Fused training-mode BatchNorm")."""
 from __future__ import annotations
 
 import contextlib
@@ -264,7 +233,7 @@ def _install() -> bool:
 @contextlib.contextmanager
 def fused_batch_norm_scope() -> Iterator[None]:
   """Within the block (this thread), eligible BatchNorm calls use the fused kernel
-  (module doc). Re-entrant; it counts where it is entered (eagerly, or in the
+  (``docs/numerics.md``). Re-entrant; it counts where it is entered (eagerly, or in the
   ``tf.function`` being traced); outside it Keras behaves as shipped. Where the fused
   path failed its check at first use, Keras' own code runs (one warning)."""
   _install()

@@ -1,69 +1,10 @@
-"""BatchNorm -> ReLU -> 2x2 max-pool as one CPU kernel, in the meta-learners' calls.
+"""BatchNorm -> ReLU -> 2x2 max-pool as one CPU kernel: one of the accelerations of :mod:`.accel`.
 
-In the Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, first order) the
-BatchNorm, ReLU and max-pool of each conv block and their gradients took 35% of the
-kernel time (``benchmarks/op_profile.py``): five passes over the block's full-size
-tensor forward and back, where the convolutions themselves run as fast as PyTorch's.
-
-With this kernel the meta-step runs 1.2-1.3x faster than on TensorFlow's ops (first
-order: 3.42-3.47 against 2.80-2.84 steps/s; second order: 3.13-3.28 against 2.39-2.44;
-``benchmarks/meta_bench.py --strategies accumulate,accumulate:unfused``, README's
-benchmark section), and 1.5-1.8x PyTorch's.
-
-The kernel (``hypernet/numerics/kernels/norm_relu_pool.cc``) uses that, per channel ``c``,
-``z = gamma_c (x - mean_c) / sqrt(var_c + eps) + beta_c`` followed by a ReLU is monotone
-in ``x``: increasing for ``gamma_c > 0``, decreasing for ``gamma_c < 0``, constant for
-``gamma_c = 0``. So the max-pool of ``relu(z)`` is the normalisation of the window's
-largest ``x`` (smallest for ``gamma_c < 0``; the first on ties and for ``gamma_c = 0``, as
-TensorFlow's ``MaxPool`` gradient picks), which is known before the moments: one pass
-over ``x`` sums the moments and selects, one over the pooled quarter normalises and
-rectifies. The batch moments are those of the whole ``x`` (Ioffe & Szegedy 2015,
-Alg. 1), so values are those of ``MaxPool(ReLU(BatchNorm(x)))`` up to rounding, and so
-are the derivatives. Per channel, with ``r = 1 / sqrt(var + eps)``, ``u = x - mean``,
-``xhat = u r``, ``M = N H W``, ``g`` the upstream gradient where the ReLU passed (pooled),
-``G`` that scattered to the selected positions (full size), ``_sel`` a value at them:
-
-* first: ``dx = gamma r (G - dbeta / M - xhat dgamma / M)``, ``dgamma = sum(g xhat_sel)``,
-  ``dbeta = sum(g)``: a pass over the pooled quarter for the sums, one over ``x``;
-* second (MAML's meta-gradient differentiates the inner loop's gradient): for upstream
-  ``(ddx, ddgamma, ddbeta)`` on ``(dx, dgamma, dbeta)``, with ``A = mean(ddx)``,
-  ``S2 = sum(ddx u)``, ``S1 = sum(g u_sel)``, ``C0 = sum(g ddx_sel)``, ``B = r S2 / M``:
-
-  - ``d dy = [relu passed] (gamma r (ddx_sel - A - xhat_sel B) + ddgamma xhat_sel + ddbeta)``
-  - ``d gamma = r (C0 - dbeta A - dgamma B)``
-  - ``d x = K1 u + K2 G + K3 ddx + K4`` with ``P = gamma C0 - gamma dbeta A + ddgamma S1 -
-    3 gamma r^2 S1 S2 / M``, ``K1 = -r^3 P / M``, ``K2 = ddgamma r - gamma r^3 S2 / M``,
-    ``K3 = -gamma r^3 S1 / M``, ``K4 = -K2 dbeta / M - K3 A`` (``mean`` and ``r`` differentiated
-    as functions of ``x``; the selection and the ReLU's mask are piecewise constant).
-
-  The ``HypernetNormReluPoolGradGrad`` op computes these in a pass over ``x`` and two
-  over the pooled quarter; ``tests/test_norm_relu_pool.py`` checks them against float64
-  nested tapes of TensorFlow's ops. A third derivative raises ``LookupError`` (as with
-  TensorFlow's fused BatchNorm, whose third derivative is not exact either:
-  :mod:`hypernet.numerics.fused_norm`).
-
-Where it applies: inside :func:`scope` (entered by the meta-learners' functional calls,
-:func:`hypernet.numerics.plain_bias.call`), on CPU (no GPU visible), while tracing a
-``tf.function``, for a ``MaxPooling2D(2)`` (2x2, stride 2, ``valid``, channels last) whose
-input is ``keras.layers.ReLU()`` / ``tf.nn.relu`` of a float32 ``BatchNormalization`` that
-:mod:`hypernet.numerics.fused_norm` ran (training mode, last axis, 4-D). The pool then computes
-the whole block and reassigns the BatchNorm's moving statistics from the kernel's
-moments, so the separate BatchNorm and ReLU ops have no consumer left and TensorFlow
-prunes them. Anything else runs as before; so does everything when the kernel cannot be
-built (a warning says why). Inside ``jit_compile=True`` functions XLA cannot compile the
-kernel: trace them inside :func:`disabled` (the Trainer does). The ops have no
-``tf.vectorized_map`` converter (``pfor`` would run them in a loop over the tasks, right
-but not vectorised), so ``meta_batch_loss(parallel="vectorized_map")`` traces inside
-:func:`disabled`; a ``tf.vectorized_map`` of your own over meta-learners' calls should
-too.
-
-The kernel is compiled from source on first use with the compiler and flags TensorFlow
-reports (``tf.sysconfig``; ~15 s once), into ``$HYPERNET_KERNEL_CACHE`` (default
-``~/.cache/hypernet/kernels``), keyed by the source, the compiler flags, TensorFlow's
-version and the CPU. Where the compiler fails on ``-march=native`` (g++ 12 on a CPU with
-AVX512-FP16, whose Eigen headers then do not compile), it is retried with
-``-mno-avx512fp16``, then with ``-march=x86-64-v2``.
-"""
+The op wrapper of ``kernels/norm_relu_pool.cc`` (compiled on first use into
+:func:`cache_dir`) with its registered first and exact second derivatives, and the
+dispatch: within :func:`scope`, the ``MaxPooling2D(2)`` of a ReLU of a BatchNorm that
+:mod:`.fused_norm` ran computes the whole block. The derivation, where it applies and
+the build: ``docs/numerics.md`` ("The fused BatchNorm -> ReLU -> max-pool block")."""
 from __future__ import annotations
 
 import contextlib
@@ -219,7 +160,7 @@ def norm_relu_pool(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: flo
     ``(y, mean, variance)``: ``y`` ``[N, H // 2, W // 2, C]`` (``valid`` pooling, stride
     2), and the batch moments of ``x + shift`` over ``N, H, W`` (``variance`` biased, as
     Keras tracks it). Differentiable twice with respect to ``x``, ``gamma`` and ``beta``
-    (module doc); the moments as ``1 / M`` and ``2 (x - mean) / M``.
+    (``docs/numerics.md``); the moments as ``1 / M`` and ``2 (x - mean) / M``.
 
   Raises:
     RuntimeError: the kernel could not be built (:func:`load_error` says why).
@@ -236,7 +177,7 @@ def norm_relu_pool(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: flo
 
 @tf.RegisterGradient("HypernetNormReluPool")
 def _grad(op, dy, dmean, dvariance, *unused):
-  """First derivative (module doc): the kernel's analytic gradient, plus the moments'
+  """First derivative (``docs/numerics.md``): the kernel's analytic gradient, plus the moments'
   ``1 / M`` and ``2 (x - mean) / M`` where something depends on them. A registered
   gradient (not ``tf.custom_gradient``), so it also holds inside ``tf.vectorized_map``.
   ``inv_std``, ``selection`` and ``selected`` are the backward pass's saved values and get
@@ -256,7 +197,7 @@ def _grad(op, dy, dmean, dvariance, *unused):
 
 @tf.RegisterGradient("HypernetNormReluPoolGrad")
 def _grad_grad(op, ddx, ddgamma, ddbeta):
-  """Exact second derivative: d(dx, dgamma, dbeta) / d(dy, x, gamma) (module doc)."""
+  """Exact second derivative: d(dx, dgamma, dbeta) / d(dy, x, gamma) (``docs/numerics.md``)."""
   dy, x, gamma, y, mean, inv_std, selection, selected = op.inputs
   d_dy, d_x, d_gamma = _library.hypernet_norm_relu_pool_grad_grad(
       ddx=_zero_if_none(ddx, x), ddgamma=_zero_if_none(ddgamma, gamma),
@@ -270,7 +211,7 @@ def _grad_grad(op, ddx, ddgamma, ddbeta):
 # --- Dispatch: the pool of a fused BatchNorm's ReLU computes the whole block. ----------
 
 def is_active() -> bool:
-  """Whether, in this thread right now, eligible blocks are fused (module doc)."""
+  """Whether, in this thread right now, eligible blocks are fused (``docs/numerics.md``)."""
   return (_unavailable is None and _on.on() and not _off.on()
           and not tf.executing_eagerly() and _cpu_only() and library() is not None)
 
@@ -327,7 +268,7 @@ def _install() -> None:
 @contextlib.contextmanager
 def scope() -> Iterator[None]:
   """Within the block (this thread), eligible BatchNorm -> ReLU -> max-pool blocks run
-  on the fused kernel (module doc). Re-entrant; it counts where it is entered (eagerly,
+  on the fused kernel (``docs/numerics.md``). Re-entrant; it counts where it is entered (eagerly,
   or in the ``tf.function`` being traced: :class:`hypernet.numerics.compat.Switch`)."""
   _install()
   if getattr(_state, "registry", None) is None:

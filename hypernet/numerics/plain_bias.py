@@ -1,46 +1,9 @@
-"""Bias additions as plain broadcast adds in the meta-learners' functional calls, on CPU.
+"""Bias additions as plain broadcast adds on CPU: one of the accelerations of :mod:`.accel`.
 
-Keras 3's TensorFlow backend turns ``ops.add(x, bias)`` into ``tf.nn.bias_add`` whenever
-the second operand looks like a bias (one non-unit axis matching ``x``'s channels), so
-that the bias can fuse into the convolution or matmul before it. On CPU, TensorFlow's
-oneDNN graph pass then merges ``Conv2D`` + ``BiasAdd`` and, in the backward pass,
-``Conv2DBackpropFilter`` + ``BiasAddGrad``. Inside meta-learning steps that costs twice:
-
-* **Speed.** The Omniglot MAML meta-step (conv4 + BatchNorm, 5-way 1-shot, the
-  ``Trainer``) against PyTorch without page faults went from 1.05-1.11x to 1.25-1.38x
-  (second order) and from 0.98-1.01x to 1.10-1.28x (first order) with plain adds
-  (``benchmarks/meta_bench.py``; README's benchmark section).
-* **Correctness.** For a second-order learner whose inner step reads variables (Meta-SGD's
-  per-parameter rates) inside the per-task loop, the merge sometimes builds a graph with
-  a dependency cycle, and the first step fails with ``InvalidArgumentError: N nodes in a
-  cycle``: here in 2 of 28 processes (5 of 10 with Grappler off), in none of 12 with
-  oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) or with plain adds
-  (``tests/test_plain_bias.py``).
-
-Within :func:`plain_bias_scope` (entered around every functional call of the
-meta-learners, :func:`call`, and active when no GPU is visible), Keras' ``add`` of
-float32 or float64 operands computes
-``tf.add`` instead where Keras would call ``bias_add`` and a broadcast add computes the
-same thing: the second operand one vector of ``x``'s channels (the last axis, or axis 1
-when the last axis differs), laid out with unit axes so that it broadcasts to that axis
-(a Dense or Conv bias). Keras' own conversions and dtype promotion apply (its public
-``keras.ops.convert_to_tensor`` and ``keras.backend.result_type``), so the values,
-shapes and gradient (a sum over the broadcast axes) are Keras' own, without the
-``BiasAdd`` op; every other ``add`` runs Keras' code, whatever it does. A check at first
-use compares both on such shapes (:func:`_canary`); should they differ, Keras' own
-``add`` runs everywhere (one warning). Half
-precision keeps ``BiasAdd`` (its gradient sums in float32; a float16 ``Sum`` lost ~1% of
-a conv bias gradient). Sparse and ragged operands, other threads and code outside
-meta-learners' calls run Keras' own ``add``; so does a ``tf.function`` traced outside
-the scope and called inside it. With a GPU visible nothing changes (cuDNN's fused bias
-is not measured here).
-
-Why only the meta-learners: there the merge broke graphs and cost speed. Elsewhere (the
-hypernetwork training step) the speed was the same either way (``step_ratio.py``), and
-the changed rounding of the bias gradient moved single-seed results of chaotic short
-runs by seed-noise amounts (``digits_hyper`` seed 0: 98.61% -> 97.21%; the mean of 20
-seeds 97.90% -> 97.49%), so those calls keep Keras' own ``add``.
-"""
+Within :func:`plain_bias_scope`, Keras' ``add`` of a float32 / float64 Dense or Conv bias
+computes ``tf.add`` where Keras would call ``tf.nn.bias_add``: the same values, shapes
+and gradient, without the ``BiasAdd`` op that oneDNN merges into the convolution and its
+filter gradient. Where it applies and why: ``docs/numerics.md`` ("Plain bias adds")."""
 from __future__ import annotations
 
 import contextlib
@@ -201,7 +164,7 @@ def call(fn, *args, **kwargs):
 @contextlib.contextmanager
 def plain_bias_scope() -> Iterator[None]:
   """Within the block (this thread), Keras' ``add`` of a bias is a plain broadcast
-  ``tf.add`` (module doc). Re-entrant; it counts where it is entered (eagerly, or in the
+  ``tf.add`` (``docs/numerics.md``). Re-entrant; it counts where it is entered (eagerly, or in the
   ``tf.function`` being traced: :class:`hypernet.numerics.compat.Switch`)."""
   _install()
   with _on():

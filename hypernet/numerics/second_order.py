@@ -1,32 +1,10 @@
 """Exact second derivatives through Keras 3 layers run by a functional call.
 
-Keras 3's TensorFlow backend computes the moments of every normalisation layer
-(``BatchNormalization``, ``LayerNormalization``, ``GroupNormalization``: all go through
-``keras.ops.moments``) with ``tf.nn.moments``, which evaluates the variance as
-``mean((x - stop_gradient(mean))**2)``. Values and first derivatives are exact (the
-variance's derivative with respect to the mean is zero), but a *second* derivative
-loses the term through the mean: on ``LayerNormalization(epsilon=1e-3)`` applied to
-``[a, 0.5, -1]`` with ``f = 0.3*y0 - 1.2*y1 + 0.7*y2`` at ``a = 0.2``, Keras gives
-``f'' = 0.9404`` where the exact value is ``0.4278768``. MAML's meta-gradient, or any
-Hessian-vector product a user takes with nested tapes, would be silently wrong.
-
-:func:`exact_moments_scope` makes Keras' TensorFlow backend compute moments with
-:func:`exact_moments` instead (same values, same first derivatives, exact second
-derivatives) wherever a second derivative can be taken. Keras' own moments (exact first
-derivatives, a cheaper backward pass) are kept only where the active tapes can
-differentiate the input just once *and* all of them are visible: eagerly, or inside the
-train loop's own step, which takes its gradients in its trace and says so
-(:func:`all_tapes_visible`). Inside any other ``tf.function`` trace a tape outside the
-function could still differentiate it twice, so the moments stay exact there. :func:`hypernet.core.functional.functional_call` runs every call under it, so
-second order is exact wherever a target runs through the functional call: inside the
-project's inner loops and under a user's own nested ``tf.GradientTape``s. The switch is
-per thread (``tf.distribute`` replicas run in threads) and re-entrant; outside a
-functional call Keras behaves as shipped.
-
-Layers whose *defined* gradient deliberately treats part of the computation as a
-constant cannot be made exact: :func:`inexact_second_order_layers` names them, and
-second-order learners refuse such targets (:func:`check_second_order`).
-"""
+Keras' TensorFlow backend computes normalisation moments with ``tf.nn.moments``, whose
+variance stops the gradient through the mean: second derivatives lose a term.
+:func:`exact_moments_scope` (entered by every functional call) computes them exactly
+wherever a second derivative can be taken; :func:`check_second_order` names the layers
+that cannot be exact. Why and where: ``docs/numerics.md`` ("Exact second-order moments")."""
 from __future__ import annotations
 
 import contextlib
