@@ -1,21 +1,13 @@
 """Continual-learning penalties: the hypernetwork output regulariser and online EWC.
 
-* :func:`output_regularizer` -- von Oswald, Henning, Grewe, Sacramento 2020, "Continual
-  learning with hypernetworks" (ICLR), Eq. 2: while learning task ``T`` the hypernetwork
-  ``h(e, Theta)`` keeps the weights it generates for the earlier tasks where they were::
-
-      beta / (T - 1) * sum_{t < T} || h(e_t, Theta*) - h(e_t, Theta + dTheta) ||^2
-
-  with ``h(e_t, Theta*)`` the targets stored before task ``T`` and ``dTheta`` an optional
-  one-step look-ahead (``0`` without it). Over a random subset of ``K`` past tasks the sum
-  is scaled by ``beta / K`` instead (an unbiased estimate of the mean).
-* :func:`ewc_penalty` -- Kirkpatrick et al. 2017, "Overcoming catastrophic forgetting in
-  neural networks" (PNAS), Eq. 3, in its online form (Schwarz et al. 2018, "Progress &
-  compress", Eq. 8): ``lambda / 2 * sum_i F_i (theta_i - theta*_i)^2`` with ``F`` the
-  running diagonal Fisher information ``F <- gamma F + F_task``.
-* :func:`diagonal_fisher` -- the empirical diagonal Fisher ``E[(d log p(y|x) / d theta)^2]``
-  over examples of one task.
-"""
+:func:`output_regularizer`: von Oswald, Henning, Grewe, Sacramento 2020, "Continual
+learning with hypernetworks" (ICLR), Eq. 2: ``beta / (T - 1) * sum_{t < T}
+||h(e_t, Theta*) - h(e_t, Theta + dTheta)||^2`` keeps the weights generated for earlier
+tasks where they were (``dTheta``: an optional one-step look-ahead; over a random subset
+of ``K`` past tasks, ``beta / K``: an unbiased estimate of the mean).
+:func:`ewc_penalty` and :func:`diagonal_fisher`: online EWC (Kirkpatrick et al. 2017,
+"Overcoming catastrophic forgetting in neural networks", PNAS, Eq. 3; Schwarz et al.
+2018, "Progress & compress", Eq. 8) with the running Fisher ``F <- gamma F + F_task``."""
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence

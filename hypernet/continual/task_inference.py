@@ -1,26 +1,13 @@
 """Task inference for CL3 from per-task input densities: probabilistic PCA.
 
-In CL3 (van de Ven & Tolias 2019) the task of a test input is not given. Von Oswald et
-al. 2020 infer it from the generated networks' predictive entropy (HNET+ENT) or with a
-separate task-inference network trained on replayed data (HNET+TIR / HNET+R). Here each
-task keeps a density model of its own inputs, fitted once at the end of the task on its
-training images (a summary, no stored examples): a probabilistic PCA (Tipping & Bishop
-1999, "Probabilistic principal component analysis", J. R. Stat. Soc. B 61(3), Sec. 3),
-the Gaussian ``N(mu, C)`` with ``C = W W^T + sigma^2 I`` of maximum likelihood:
-
-    C's eigenvalues: lambda_1..lambda_r (the sample covariance's top r), sigma^2 (the mean
-    of its other D - r eigenvalues), eigenvectors U_r (top r) and any basis of the rest;
-    log p(x) = -1/2 [ D log 2 pi + sum_i log lambda_i + (D - r) log sigma^2
-                      + sum_i z_i^2 / lambda_i + (|x - mu|^2 - |z|^2) / sigma^2 ],
-    z = U_r^T (x - mu).
-
-A test input is given the task of highest ``log p(x)`` among the tasks seen, then that
-task's classifier (:mod:`hypernet.training.continual_tasks`,
-``config.continual.task_inference="ppca"``). Stored per task: ``D (r + 1) + r + 1``
-floats (``mu``, ``U_r``, ``lambda``, ``sigma^2``). The fit forms the ``D x D`` sample
-covariance (``D`` = values per image), so it suits images up to a few thousand values
-(28x28: 784).
-"""
+In CL3 (van de Ven & Tolias 2019) the task of a test input is not given (von Oswald et
+al. 2020 infer it from predictive entropy or a replay-trained network). Here each task
+keeps, fitted once at its end on its training images, a probabilistic PCA of its inputs
+(Tipping & Bishop 1999, "Probabilistic principal component analysis", J. R. Stat. Soc. B
+61(3)): :func:`ppca_fit`; a test input gets the task of highest
+:func:`ppca_log_likelihood` (``config.continual.task_inference="ppca"``). Stored per
+task: ``D (r + 1) + r + 1`` floats; the fit forms the ``D x D`` sample covariance, so it
+suits images up to a few thousand values (28x28: 784)."""
 from __future__ import annotations
 
 from typing import Tuple
@@ -74,7 +61,15 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
 
 def ppca_log_likelihood(x: tf.Tensor, mean: tf.Tensor, basis: tf.Tensor, scales: tf.Tensor,
                         noise: tf.Tensor) -> tf.Tensor:
-  """``log p(x)`` under one or several probabilistic PCA models (module doc).
+  """``log p(x)`` under one or several probabilistic PCA models.
+
+  The Gaussian ``N(mu, C)`` with ``C = W W^T + sigma^2 I`` (Tipping & Bishop 1999, Sec. 3)
+  whose eigenvalues are ``lambda_1..lambda_r`` (``scales``) along the rows ``U_r`` of
+  ``basis`` and ``sigma^2`` (``noise``) elsewhere::
+
+    log p(x) = -1/2 [ D log 2 pi + sum_i log lambda_i + (D - r) log sigma^2
+                      + sum_i z_i^2 / lambda_i + (|x - mu|^2 - |z|^2) / sigma^2 ],
+    z = U_r^T (x - mu).
 
   Args:
     x: ``[B, ...]`` inputs (flattened to ``[B, D]``), float.
