@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.numerics import devices, norm_relu_pool, plain_bias
+from hypernet.numerics import devices, norm_relu_pool
 from hypernet.training import config_lib, distribute, loop
 
 from test_meta_tasks import _digits_config
@@ -65,13 +65,13 @@ def test_loss_scaling_and_precision_warnings():
 
 
 def _traced_meta_call(model, weights, x):
-  """The meta-learners' functional call (plain_bias.call), traced: its graph's op types."""
+  """The meta-learners' functional call (``accelerate="meta"``), traced: its op types."""
   labels = tf.constant(np.arange(x.shape[0]) % 3)
 
   def fn(weights, x):
     with tf.GradientTape() as tape:
       tape.watch(weights)
-      out = plain_bias.call(functional.functional_call, model, weights, x, training=True)
+      out = functional.functional_call(model, weights, x, training=True, accelerate="meta")
       loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out))
     return loss, tape.gradient(loss, weights)
 

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.numerics import norm_relu_pool, plain_bias
+from hypernet.numerics import norm_relu_pool
 from hypernet.training import loop
 from hypernet.meta import conv4, inner_loop, meta_batch
 
@@ -317,8 +317,8 @@ def _weights(model):
 def _loss_grads_state(model, weights, x, labels):
   with tf.GradientTape() as tape:
     tape.watch(weights)
-    out, state = plain_bias.call(functional.functional_call, model, weights, x,
-                                 training=True, return_state=True)
+    out, state = functional.functional_call(model, weights, x, training=True,
+                                            return_state=True, accelerate="meta")
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out))
   return loss, tape.gradient(loss, weights), state
 
@@ -443,7 +443,7 @@ def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
       os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
       import keras, numpy as np, tensorflow as tf
       from hypernet.core import functional
-      from hypernet.numerics import norm_relu_pool, plain_bias
+      from hypernet.numerics import norm_relu_pool
       from hypernet.meta import conv4
       assert norm_relu_pool.library() is None
       assert norm_relu_pool.load_error() and "/bin/false" in norm_relu_pool.load_error()
@@ -456,7 +456,7 @@ def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
       def f(w, x):
         with tf.GradientTape() as tape:
           tape.watch(w)
-          out = plain_bias.call(functional.functional_call, model, w, x, training=True)
+          out = functional.functional_call(model, w, x, training=True, accelerate="meta")
           loss = tf.reduce_sum(out ** 2)
         return loss, tape.gradient(loss, w)
       concrete = tf.function(f).get_concrete_function(w, x)

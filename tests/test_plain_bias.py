@@ -49,8 +49,8 @@ def test_meta_learners_calls_have_no_bias_add_other_calls_keep_it():
   weights = _weights(model)
   own = tf.function(lambda: model(x)).get_concrete_function()
   plain = tf.function(lambda: functional.functional_call(model, weights, x)).get_concrete_function()
-  ours = tf.function(lambda: plain_bias.call(functional.functional_call, model, weights,
-                                             x)).get_concrete_function()
+  ours = tf.function(lambda: functional.functional_call(
+      model, weights, x, accelerate="meta")).get_concrete_function()
   assert _op_types(own)["BiasAdd"] == 2  # Keras' backend picks BiasAdd for both biases.
   assert _op_types(plain)["BiasAdd"] == 2  # Hypernetwork training: Keras' own add.
   assert _op_types(ours)["BiasAdd"] == 0 and _op_types(ours)["AddV2"] >= 2
@@ -63,7 +63,7 @@ def test_same_outputs_and_gradients_as_keras_own_call():
   weights = _weights(model)
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(list(weights.values()))
-    ours = plain_bias.call(functional.functional_call, model, weights, x)
+    ours = functional.functional_call(model, weights, x, accelerate="meta")
     own = model(x)
     loss_ours, loss_own = tf.reduce_sum(ours ** 2), tf.reduce_sum(own ** 2)
   np.testing.assert_allclose(ours.numpy(), own.numpy(), rtol=1e-6, atol=1e-6)
@@ -75,7 +75,7 @@ def test_same_outputs_and_gradients_as_keras_own_call():
   # The bias gradient is the upstream gradient summed over batch and space.
   with tf.GradientTape() as tape:
     tape.watch(weights["conv/bias"])
-    out = plain_bias.call(functional.functional_call, model, weights, x)
+    out = functional.functional_call(model, weights, x, accelerate="meta")
   grad = tape.gradient(out, weights["conv/bias"])
   np.testing.assert_allclose(grad.numpy(), np.zeros(3) + tape_free_bias_grad(model, x),
                              rtol=1e-5)
@@ -133,7 +133,7 @@ def test_einsum_dense_bias_matches_keras_own_call():
       "abc,cde->abde", output_shape=(3, 4, 4), bias_axes="d",
       bias_initializer="random_normal")])
   x = tf.random.stateless_normal([2, 3, 5], (5, 6))
-  ours = plain_bias.call(functional.functional_call, model, _weights(model), x)
+  ours = functional.functional_call(model, _weights(model), x, accelerate="meta")
   np.testing.assert_allclose(ours.numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
