@@ -56,7 +56,7 @@ import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources
+from hypernet.training import models, objectives, sources, tasks
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -99,7 +99,7 @@ class _State(tf.Module):
   """The continual-learning state a checkpoint holds (targets, Fisher, accuracy rows)."""
 
 
-class ContinualTask:
+class ContinualTask(tasks.Task):
   """Continual learning (see the module doc). Batches carry the task id ``"task"``
   (int32 scalar) and the global ``"step"`` besides ``"image"`` / ``"label"``.
 

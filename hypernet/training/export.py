@@ -53,11 +53,12 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
-  target = getattr(task, "target", None)
+  from hypernet.training import tasks  # pylint: disable=g-import-not-at-top
+  task = tasks.as_task(task)
+  target = task.target
   if target is None:
     raise ValueError(f"Task {type(task).__name__} has no target network to export.")
-  weights = summaries.target_weights(task)
+  weights = task.summary_weights()
   clone = keras.models.clone_model(target)
   paths = list(functional.variable_paths(target))
   if len(clone.variables) != len(paths):

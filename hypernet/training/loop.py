@@ -198,7 +198,7 @@ class Trainer:
     if self.devices["warning"]:
       logging.warning(self.devices["warning"])
     with distribute.dtype_policy(policy), self.strategy.scope():
-      self.task = build_task(config)
+      self.task = tasks.as_task(build_task(config))
       self.variables = list(self.task.trainable_variables)
       if not self.variables:
         raise ValueError("The task has no trainable variables: everything is frozen "
@@ -206,7 +206,7 @@ class Trainer:
       # A task that restarts the optimiser periodically (continual learning: one per
       # task) gives the schedule's horizon; otherwise the whole run.
       self.optimizer = make_optimizer(
-          config.optim, getattr(self.task, "schedule_steps", None) or config.num_steps)
+          config.optim, self.task.schedule_steps or config.num_steps)
       if self.devices["loss_scaling"]:
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
       distribute.apply_reduced_gradients(self.optimizer)
@@ -229,9 +229,8 @@ class Trainer:
     # BatchNorm -> ReLU -> max-pool blocks of meta-learners on one CPU kernel
     # (config.meta.fused_blocks); XLA cannot compile it, and GPUs have no kernel for it.
     self.fused_blocks = self.devices["fused_blocks"]
-    self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
-    self.train_metric_names = list(getattr(self.task, "train_metric_names",
-                                           self.metric_names))
+    self.metric_names = list(self.task.metric_names)
+    self.train_metric_names = list(self.task.train_metric_names)
     self._train_steps = tf.function(self._train_steps_fn)
     # A task whose step changes form at known steps (MAML++'s derivative-order annealing:
     # first order, then second) names its phases (task.phase_boundaries(), task.phase_at
@@ -310,14 +309,8 @@ class Trainer:
     # The step is never differentiated from outside its trace: the tapes in it are all
     # there are (lets first-order steps keep Keras' cheaper normalisation moments).
     with second_order.all_tapes_visible(), self._kernels():
-      if hasattr(self.task, "train_gradients"):  # The task takes its own gradients.
-        loss, sums, state, grads = self.task.train_gradients(
-            batch, self.config.batch_size, self.variables, scale_loss)
-      else:
-        with tf.GradientTape() as tape:
-          loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
-          scaled = scale_loss(loss) if scale_loss is not None else loss
-        grads = tape.gradient(scaled, self.variables)
+      loss, sums, state, grads = self.task.train_gradients(
+          batch, self.config.batch_size, self.variables, scale_loss)
     missing = [getattr(v, "path", v.name) for g, v in zip(grads, self.variables) if g is None]
     if missing:
       raise ValueError(f"No gradient reaches {missing}: they do not affect the loss. Freeze "
@@ -483,7 +476,7 @@ class Trainer:
     step or -1): sums of several chunks add up to the sums over all their steps.
 
     A chunk that crosses one of the task's phase boundaries runs as one call per phase."""
-    boundaries = sorted(getattr(self.task, "phase_boundaries", lambda: ())())
+    boundaries = sorted(self.task.phase_boundaries())
     if not boundaries:
       totals, first_bad = self._train_steps(iterator, tf.constant(num_steps, tf.int64))
       return {k: (float(s), float(c)) for k, (s, c) in totals.items()}, int(first_bad)
@@ -850,7 +843,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     # Points the interrupted run logged after the restored step are dropped; a run resumed
     # from its step-0 checkpoint starts over and rewrites step 0.
     writer.restart(start + 1 if start else 0)
-  counts = trainer.task.describe() if hasattr(trainer.task, "describe") else {}
+  counts = trainer.task.describe()
   if start == 0:
     writer.config(config)
     writer.text(0, {"parameters": _counts_text(counts)}, "train")
@@ -912,7 +905,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
     profiler.update(step)
     stop = min([_next_event(step, every, total) for every in (
         config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every,
-        getattr(trainer.task, "event_every", 0))]
+        trainer.task.event_every)]
                + [b for b in profiler.boundaries() if b > step]
                + ([step + 1] if steady_t is None else []))
     sums, first_bad = trainer.train_chunk_sums(iterator, stop - step)
@@ -971,8 +964,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
       model_summaries.write(writer, step)
     # Task events (continual: the end of a task) before this step's evaluation, so that
     # it sees the state they leave (the final CL3 evaluation chooses among every task).
-    if hasattr(trainer.task, "on_event"):
-      trainer.task.on_event(trainer, step, writer)
+    trainer.task.on_event(trainer, step, writer)
     evaluated = (config.eval_every > 0 and step % config.eval_every == 0) or step == total
     if evaluated:
       eval_metrics = trainer.evaluate()
@@ -1021,8 +1013,7 @@ def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, fl
   result.update(step=step, start_step=start, wall_time_sec=time.time() - t0,
                 **{f"params/{k}": v for k, v in counts.items()})
   result["skipped_steps"] = skipped
-  if hasattr(trainer.task, "final_metrics"):
-    result.update(trainer.task.final_metrics())
+  result.update(trainer.task.final_metrics())
   writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
   writer.flush()
   if is_chief:
