@@ -32,14 +32,16 @@ from typing import Optional, Sequence, Union
 from absl import logging
 import tensorflow as tf
 
-LOCK_NAME = "lock"
+from hypernet.training.workdir import Workdir
+
+LOCK_NAME = Workdir.LOCK
 # The exit status of a run that stopped early and resumes when rerun with the same command
 # (preempted by SIGTERM on any worker, or a lost peer worker): 128 + SIGTERM, what a shell
 # reports for a process ended by SIGTERM and what TensorFlow's PreemptionCheckpointHandler
 # exits with on GCE (failure_handling_util._RESTARTABLE_EXIT_CODE). A bug or a user error
 # exits 1.
 EXIT_RESTART = 143
-UNREADABLE_DIR = "unreadable"
+UNREADABLE_DIR = Workdir.UNREADABLE
 
 
 class Preempted(SystemExit):
@@ -88,7 +90,7 @@ class WorkdirLock:
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.workdir = workdir
-    self.path = os.path.join(workdir, LOCK_NAME)
+    self.path = Workdir(workdir).lock
     self.enabled = enabled
     self._fd: Optional[int] = None
     self._created: list = []
@@ -266,7 +268,7 @@ class SignalCatcher:
 
 def checkpoint_dir(workdir: str) -> str:
   """Where the train loop writes checkpoints: ``workdir/checkpoints``."""
-  return os.path.join(workdir, "checkpoints")
+  return Workdir(workdir).checkpoints
 
 
 def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -> str:
@@ -288,7 +290,7 @@ def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -
                               f"hypernet.train --workdir={workdir} ...).")
     return latest
   text = str(checkpoint)
-  path = os.path.join(folder, f"ckpt-{text}") if text.isdigit() else text
+  path = Workdir(workdir).checkpoint(text) if text.isdigit() else text
   if not tf.io.gfile.exists(path + ".index"):
     state = tf.train.get_checkpoint_state(folder)
     present = list(state.all_model_checkpoint_paths) if state else []

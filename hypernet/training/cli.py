@@ -39,6 +39,7 @@ import time
 from typing import Callable, List, Mapping, Optional
 
 from hypernet.training.console import format_metrics  # pylint: disable=unused-import
+from hypernet.training.workdir import Workdir
 
 # A native log line: severity letter, MMDD, then time (absl / TensorFlow C++ format).
 _NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
@@ -432,7 +433,7 @@ def read_workdir_config(workdir: str, flag: str = "--workdir"):
   import json  # pylint: disable=g-import-not-at-top
   from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   check_workdir_is_folder(workdir, flag)
-  path = os.path.join(workdir, "config.json")
+  path = Workdir(workdir).config
   if _local(path):
     exists, opener = os.path.exists(path), open
   else:
@@ -460,7 +461,7 @@ def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:
   Raises:
     FileNotFoundError: naming the checkpoint folder and what to do.
   """
-  folder = os.path.join(workdir, "checkpoints")
+  folder = Workdir(workdir).checkpoints
   if not _local(folder):
     return
   text = "" if checkpoint is None else str(checkpoint)
@@ -469,7 +470,7 @@ def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:
       raise FileNotFoundError(f"No checkpoint in {folder}: train first (python -m "
                               f"hypernet.train --workdir={workdir} ...).")
     return
-  path = os.path.join(folder, f"ckpt-{text}") if text.isdigit() else text
+  path = Workdir(workdir).checkpoint(text) if text.isdigit() else text
   if _local(path) and not os.path.exists(path + ".index"):
     present = sorted((int(m.group(1)) for m in (re.match(r"ckpt-(\d+)\.index$", f)
                       for f in (os.listdir(folder) if os.path.isdir(folder) else [])) if m))
@@ -512,18 +513,19 @@ def closing_summary(result: Mapping, workdir: str, exportable: bool = True) -> s
   import shlex  # pylint: disable=g-import-not-at-top
   skip = ("step", "start_step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
-  checkpoints = os.path.join(workdir, "checkpoints")
+  paths = Workdir(workdir)
+  checkpoints = paths.checkpoints
   latest = latest_checkpoint_step(checkpoints)
   start = result.get("start_step") or 0
   ran = (f" in {result.get('wall_time_sec', 0):.1f} s" if not start else
          f" (resumed at step {start}: {result.get('step', start) - start} steps in "
          f"{result.get('wall_time_sec', 0):.1f} s)")
   quoted = shlex.quote(workdir)
-  target = shlex.quote(os.path.join(workdir, "target.keras"))
+  target = shlex.quote(paths.export)
   lines = [
       f"Done: {result.get('step', '?')} steps{ran}.",
       "  test:        " + format_metrics(metrics),
-      f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
+      f"  metrics:     {paths.final_metrics}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
                                          else ""),
       f"  export:      python -m hypernet.evaluate --workdir={quoted} --export={target}"

@@ -48,6 +48,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from hypernet.training.workdir import Workdir
+
 
 class Writer:
   """Writes summaries into the workdir's runs; a no-op on non-chief workers.
@@ -61,11 +63,11 @@ class Writer:
     self.enabled = enabled
     self._writers = {}
     self._workdir = workdir
+    self._paths = Workdir(workdir)
 
   def _writer(self, split: str):
     if split not in self._writers:
-      self._writers[split] = tf.summary.create_file_writer(
-          os.path.join(self._workdir, split) if split else self._workdir)
+      self._writers[split] = tf.summary.create_file_writer(self._paths.run(split))
     return self._writers[split]
 
   def scalars(self, step: int, values: Mapping[str, float], split: str = "train") -> None:
@@ -165,7 +167,7 @@ class Writer:
     from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
     written = []
     for split in splits:
-      folder = os.path.join(self._workdir, split)
+      folder = self._paths.run(split)
       if split in self._writers or not tf.io.gfile.glob(
           os.path.join(folder, "events.out.tfevents.*")):
         continue
@@ -190,32 +192,15 @@ class Writer:
 
 # -- what the target network runs on ---------------------------------------------------
 def target_weights(task) -> Dict[str, tf.Tensor]:
-  """The weights the target network runs on, ``{path: tensor}``.
-
-  A task may define ``summary_weights() -> {path: tensor}`` to choose; otherwise, for a
-  task with a weight ``source`` and a ``target`` (:mod:`hypernet.training.tasks`), the source's
-  generated weights (all conditions of a conditional hypernetwork, with a leading axis)
-  and the target's own trainable variables for the other paths. Empty when the task
-  exposes neither.
-  """
-  if hasattr(task, "summary_weights"):
-    return dict(task.summary_weights())
-  source, target = getattr(task, "source", None), getattr(task, "target", None)
-  if source is None or target is None:
-    return {}
-  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  hnet = getattr(source, "hypernetwork", None)
-  num_conditions = int(getattr(hnet, "num_conditions", 0) or 0)
-  generated = dict(source.weights(tf.range(num_conditions) if num_conditions else None))
-  return {path: generated[path] if path in generated else tf.convert_to_tensor(variable)
-          for path, variable in functional.variable_paths(target, trainable=True).items()}
+  """The weights the target network runs on, ``{path: tensor}``
+  (:meth:`hypernet.training.tasks.Task.summary_weights`)."""
+  return dict(task.summary_weights())
 
 
 def generated_paths(task) -> List[str]:
-  """The target paths a task's weight source generates (all, with ``summary_weights``)."""
-  if hasattr(task, "summary_weights"):
-    return list(task.summary_weights())
-  return list(getattr(getattr(task, "source", None), "generated_paths", []) or [])
+  """The target paths a task's weight source generates
+  (:meth:`hypernet.training.tasks.Task.generated_paths`)."""
+  return list(task.generated_paths())
 
 
 def loss_and_gradients(task, variables: Sequence, batch, global_batch_size: int,
