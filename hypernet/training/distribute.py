@@ -231,6 +231,85 @@ def remove_write_dir(path: str, workdir: str) -> None:
     os.close(fd)
 
 
+class Runtime:
+  """The distribution strategy of a run and everything the Trainer asks of it.
+
+  Built once from the config (``config.distribution``, ``config.dtype_policy``): the
+  strategy, whether this process is the chief, the workers of a multi-worker run and
+  this process's slot among them, where it writes checkpoints, the dtype policy the
+  models are built under, and the agreement on a stop between chunks of steps.
+
+  Args:
+    config: the experiment config.
+    workdir: the run's output folder (non-chief workers write their checkpoints to a
+      temporary folder instead, removed by :meth:`close`).
+
+  Raises:
+    ValueError: an unknown distribution or dtype policy (see :func:`get_strategy`,
+      :func:`check_dtype_policy`).
+  """
+
+  def __init__(self, config, workdir: str):
+    self.strategy = get_strategy(config)
+    self.num_replicas = self.strategy.num_replicas_in_sync
+    self.is_chief = is_chief(self.strategy)
+    if config.distribution != "auto" or self.num_replicas > 1:
+      logging.info("Distribution: %s (config.distribution=%r), %d replica(s).",
+                   type(self.strategy).__name__, config.distribution, self.num_replicas)
+    self.policy = check_dtype_policy(config.dtype_policy)
+    self.workdir = workdir
+    self.write_dir = write_dir(workdir, self.strategy)
+    # The workers of a multi-worker run, and this process's slot among them (agree_stop).
+    self.cluster = cluster_tasks(self.strategy)
+    own = task_info(self.strategy)
+    self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
+    self.multi_worker = len(self.cluster) > 1 and isinstance(
+        self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    self._agree = tf.function(self._agree_fn)
+
+  @contextlib.contextmanager
+  def scope(self) -> Iterator[None]:
+    """Where models, optimiser and variables are built: the dtype policy and the
+    strategy's scope."""
+    with dtype_policy(self.policy), self.strategy.scope():
+      yield
+
+  def prepare_optimizer(self, optimizer):
+    """``optimizer`` taking gradients already summed over replicas
+    (:func:`apply_reduced_gradients`), built for nothing yet."""
+    return apply_reduced_gradients(optimizer)
+
+  def _agree_fn(self, flags):
+    def replica_fn(f):  # (A float tensor made on the replica's device: the collective
+      # all-reduce refuses an int32 constant placed nowhere.)
+      f = tf.cast(f, tf.float32)
+      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, f)
+    summed = self.strategy.experimental_local_results(
+        self.strategy.run(replica_fn, args=(flags,)))[0]
+    return summed / (self.num_replicas // len(self.cluster))  # Per worker, not replica.
+
+  def agree_stop(self, signum: Optional[int]) -> List[int]:
+    """Shares "a signal asked me to stop" with every worker (a collective: every worker
+    calls it at the same point of the loop, between chunks of steps).
+
+    Args:
+      signum: the signal this process received (``None``: none).
+
+    Returns:
+      One signal number per worker of :attr:`cluster` (0: none; one entry outside a
+      multi-worker run), the same list on every worker, so all stop at the same step.
+    """
+    if not self.multi_worker:
+      return [signum or 0]
+    flags = [0] * len(self.cluster)
+    flags[self.task_slot] = int(signum or 0)
+    return [int(round(float(v))) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
+
+  def close(self) -> None:
+    """Removes a non-chief worker's temporary checkpoint folder."""
+    remove_write_dir(self.write_dir, self.workdir)
+
+
 # -- inside the replica step ---------------------------------------------------------
 
 def _replica_context() -> Optional[tf.distribute.ReplicaContext]:
