@@ -1,22 +1,7 @@
-"""Never lose a run: the workdir lock, graceful SIGTERM/SIGINT, checkpoint lookup.
-
-* :class:`WorkdirLock` -- one training job per workdir. An exclusive ``fcntl.flock`` on
-  ``workdir/lock``: the kernel drops it when the process ends in any way (``kill -9``
-  included), so a crashed job never leaves a stale lock behind.
-* :class:`SignalCatcher` -- records SIGTERM / SIGINT instead of dying, so the train loop
-  can finish the current chunk of steps, agree on the stop step with the other workers,
-  save a checkpoint and exit: SIGTERM with status 143 (:class:`Preempted`), SIGINT by
-  ``KeyboardInterrupt`` (status 130 from the command line).
-* :func:`resolve_checkpoint` -- the latest or a named checkpoint of a workdir.
-* :func:`restore_candidates` / :func:`set_aside` -- the checkpoints a resume may use,
-  newest first, and where an unreadable one is moved (``checkpoints/unreadable/``).
-* :class:`Preempted` / :class:`PeerLost` -- how a run that can be resumed ends: a
-  ``SystemExit`` with status :data:`EXIT_RESTART` (143), after exit handlers ran.
-
-Checkpoints themselves are written by ``tf.train.CheckpointManager``: the data and index
-files are complete before the ``checkpoint`` state file is atomically replaced to name
-them, so a process killed at any moment leaves the state file pointing at a complete
-checkpoint (tested by killing a job that checkpoints every step).
+"""Never lose a run: the workdir lock (:class:`WorkdirLock`), graceful SIGTERM / SIGINT
+(:class:`SignalCatcher`), the checkpoints a resume may use and where an unreadable one
+is set aside, and how a resumable run ends (:class:`Preempted`, :class:`PeerLost`: exit
+status 143). Behaviour on signals, kill -9 and full disks: docs/observability.md.
 """
 from __future__ import annotations
 

@@ -1,30 +1,8 @@
-"""What the command-line entry points (``hypernet.train``, ``hypernet.evaluate``) share.
-
-Nothing here imports TensorFlow at module level: :func:`quiet_startup` must run before
-TensorFlow is imported so that its native start-up lines can be filtered.
-
-* :func:`quiet_startup` -- TensorFlow's native start-up lines (the "All log messages
-  before absl::InitializeLog()" banner, oneDNN / CPU-feature / CUDA-stub notices, the
-  error-level ``failed call to cuInit`` of a machine without a GPU) and its Python INFO
-  lines (``Sharding callback duration`` at every checkpoint) are dropped; the project's
-  own log lines stay. ``--verbosity=N`` (absl's flag, also ``-v N``) keeps all of them.
-* :func:`parse_flags` -- absl's flag parsing (``absl.app.run(main,
-  flags_parser=parse_flags)``) with flagfiles and a repeated ``--config`` combined by
-  absl's rule (the later value wins; every ``--config.FIELD=VALUE`` override applies, in
-  order, to that config), and every parsing error (unknown flag or config field, missing
-  config file, bad value) printed as one line that names it, exit status 1, before
-  anything is created.
-  An unknown flag that is a config field written without ``config.`` (``--num_steps=5``,
-  ``--lr=0.1``) gets the flag to use (``--config.num_steps=5``, ``--config.optim.lr=0.1``).
-* :func:`check_train_args`, :func:`read_workdir_config`, :func:`check_checkpoint_exists`
-  -- what the entry points check before the TensorFlow import (seconds), so that a user
-  error is reported at once.
-* :func:`run_main` -- runs an entry point's work with short time-stamped log lines
-  (:class:`ShortFormatter`): a user error (:func:`user_errors`) is one line
-  ``<program>: error: <message>`` (the form of flag errors) and exit status 1; Ctrl-C
-  ends with exit status 130 and no traceback (:func:`run_entry_point` covers flag
-  parsing too).
-* :func:`closing_summary` -- the block a training run ends with, with the next commands.
+"""What the command-line entry points (``hypernet.train``, ``hypernet.evaluate``) share:
+quiet TensorFlow start-up, absl flag parsing with one-line errors, the checks that need
+no TensorFlow, running an entry point with short log lines and exit statuses (1 user
+error, 130 Ctrl-C), and the closing summary. Nothing here imports TensorFlow at module
+level.
 """
 from __future__ import annotations
 

@@ -1,48 +1,8 @@
-"""Continual learning as a task of the one train loop (``config.task = "continual"``).
-
-``T = config.continual.num_tasks`` tasks (:mod:`hypernet.data.continual`: split or
-permuted data) are learned one after another, ``steps_per_task`` steps each; global
-step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.method``):
-
-* ``"hnet"`` -- von Oswald et al. 2020 ("Continual learning with hypernetworks", ICLR):
-  a conditional hypernetwork (any kind: ``config.hypernet.kind``) with one learned task
-  embedding per task generates the target's weights; after each task its outputs for
-  the tasks so far are stored, and the output regulariser
-  (:func:`hypernet.continual.regularizers.output_regularizer`) keeps them there. The paper
-  re-stores every past task's outputs after each task (``refresh_targets=True``), so
-  the small drift each task allows accumulates; with ``False`` each task's outputs are
-  stored once, after its own training, and every later task is pulled back to them.
-* ``"finetune"`` -- one multi-head target trained on each task in turn, unprotected.
-* ``"ewc"`` -- the same with the online EWC penalty
-  (:func:`hypernet.continual.regularizers.ewc_penalty`; Fisher from each task's data).
-* ``"independent"`` -- a separate target network per task (the upper bound).
-
-Normalisation state (BatchNorm moving statistics) is kept per task for ``hnet`` and
-``independent`` (as hypnettorch keeps it per condition): task ``t`` trains and is
-evaluated with its own statistics (``continual/task_stats/*`` in the checkpoint, one
-row per task), so the independent baseline's forgetting is exactly 0 with BatchNorm in
-the target too. ``finetune`` and ``ewc`` run one network with one set of statistics,
-which later tasks move (part of what they forget).
-
-Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
-is given at test time (the task's embedding / head); CL3, it is not. How CL3 infers the
-task (``config.continual.task_inference``):
-
-* ``"entropy"`` (default): ``hnet`` and ``independent`` take the task whose weights give
-  the lowest predictive entropy (HNET+ENT), the multi-head baselines the arg-max over the
-  heads of the tasks seen.
-* ``"ppca"``: every method takes the task whose input density is highest: a
-  probabilistic PCA of each task's training images with ``config.continual.
-  ppca_components`` components, fitted at the end of the task
-  (:mod:`hypernet.continual.task_inference`), then that task's classifier.
-
-At the end of each task (an event of the loop) the task evaluates every task's test set
-under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
-``acc_cl3[t, k]`` (accuracy on task ``k`` after learning task ``t``), logged as
-``cl/acc_task_k`` (and ``cl3/acc_task_k``) and kept in the checkpoint. The optimiser's
-slots and iteration count are reset at each new task (a fresh optimiser per task, as in
-the paper's code), so no parameter of an earlier task drifts on stale momentum; a
-learning-rate schedule (``config.optim.schedule``) spans one task.
+"""Continual learning as a task of the one train loop (``config.task = "continual"``):
+``config.continual.num_tasks`` tasks learned one after another, ``steps_per_task`` steps
+each, by the ``hnet`` (von Oswald et al. 2020), ``finetune``, ``ewc`` or ``independent``
+methods, scored under CL1 and CL3 at the end of each task. The methods, scenarios and
+state: docs/continual-learning.md ("How the continual task runs").
 """
 from __future__ import annotations
 

@@ -1,24 +1,7 @@
-"""Scale-out with ``tf.distribute``: the strategy from the config, who is the chief, and
-the cross-replica reductions the train step needs to give the single-device answer.
-
-Data-parallel training (synchronous, Goyal et al. 2017, "Accurate, large minibatch SGD")
-splits each global batch (or meta-batch of tasks) across ``R`` replicas. It reproduces
-one device exactly when
-
-* each replica's loss is its share of the *global* mean, ``sum(local losses) / B_global``
-  (``tf.nn.compute_average_loss``), and the gradients are *summed* over replicas: per
-  example losses ``[2, 3]`` and ``[4, 5]`` on two replicas give ``(2+3+4+5)/4 = 3.5``;
-* everything computed from the gradient (its global norm, clipping, the NaN guard, loss
-  scaling's finite check) sees the summed gradient, not a replica's share;
-* non-trainable state that ``stateless_call`` returns (BatchNorm moving statistics, RNG
-  seed state) is all-reduced before it is written (:func:`all_reduce_state`), because
-  writing a ``MirroredVariable`` of aggregation ``"none"`` in replica context writes
-  each replica's own value silently and the copies drift apart;
-* metrics are ``(sum, count)`` pairs summed over replicas and divided once.
-
-Random draws are *not* meant to agree: :func:`hypernet.core.functional.functional_call` folds
-the replica id into Keras seed-generator states so that dropout masks differ across
-replicas (replica 0 keeps the single-device stream).
+"""Scale-out with ``tf.distribute``: the run's :class:`Runtime` (strategy from the config,
+chief, cluster, write folder, dtype policy, stop agreement) and the cross-replica
+reductions that make R replicas follow the single-device trajectory (Goyal et al. 2017,
+"Accurate, large minibatch SGD"; the rules: docs/distributed.md).
 """
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
-"""Export the target network a weight source produced as a plain Keras model file.
-
-The exported ``.keras`` file holds an ordinary Keras 3 model (the target architecture,
-e.g. ``keras.Sequential`` of Conv2D/Dense layers) with the generated weights written
-into its variables. It loads and predicts with ``keras.models.load_model(path)`` alone:
-no ``hypernet`` import, no hypernetwork, no custom objects.
-
-* hypernetwork sources: the generated weights (quantised ones as the target ran on
-  them); a conditional hypernetwork exports one condition (task id) per file;
-* plain training: the target's own weights;
-* meta-learners: the learned initial (pre-adaptation) weights -- fast weights depend
-  on each episode's support set and are not part of the file. The support-conditioned
-  hypernetwork, whose head is generated per task, has no such network: refused
-  (:func:`check_exportable`).
-
-Non-trainable state (BatchNorm moving statistics) is copied from the trained target.
-
-The exported model takes the data as stored, not as the training pipeline feeds it: a
-``keras.layers.Rescaling`` layer named ``pixel_scale`` first multiplies the inputs by the
-data set's ``pixel_scale`` (1/16 for the digits' 0..16 pixels, 1/255 for IDX files'
-0..255), as the pipeline does, so raw pixels give the trained accuracy. It outputs
-logits, or class probabilities with ``softmax=True`` (``--export_softmax``).
-Meta-learning tasks (no image data set) export the target alone: it takes inputs as the
-episodes feed them.
+"""Export the target network a weight source produced as a plain Keras model file: the
+generated (or trained, or meta-learned initial) weights in a clone of the target, behind
+a ``Rescaling`` of the stored pixels, loadable with ``keras.models.load_model`` alone.
+The checks an export needs run before TensorFlow is imported. Details: docs/observability.md.
 """
 from __future__ import annotations
 

@@ -1,41 +1,8 @@
-"""TensorBoard summaries under the workdir.
-
-Runs (sub-folders of the workdir, as TensorBoard shows them; nothing is written in the
-workdir itself, so there is no run named ``.``):
-
-* ``train/`` -- scalars every ``config.log_every`` steps (the task's metrics such as
-  ``loss`` and ``accuracy``; ``optimizer/learning_rate``, ``optimizer/grad_norm``,
-  ``speed/steps_per_sec``, ``speed/examples_per_sec``), the config (the fields the run
-  uses) and the parameter counts as text, and every ``config.summaries.every`` steps the
-  *model summaries* of :class:`ModelSummaries` under ``weights/``: histograms of each
-  generated weight tensor and of the chunk/condition embeddings, conv kernels drawn as
-  filter grids, per-tensor norms of the generated weights, of the gradients and of the
-  updates; an optional profiler trace (``plugins/profile``);
-* ``eval/`` -- evaluation metrics (at step 0, every ``eval_every`` steps and at the
-  end), the final metrics as a text table, and the hparams plugin's session: the fields
-  the run uses (:func:`hypernet.training.config_lib.hparams`) and the parameter counts as
-  hyperparameters, the eval metrics as metric columns. The session lives in the run that
-  holds its metrics, so the HParams table is filled both with ``tensorboard
-  --logdir=WORKDIR`` and with ``--logdir=PARENT`` (TensorBoard looks metrics up in the
-  session's run folder).
-
-Tag names put the metrics first: TensorBoard groups tags by their first path component,
-sorts the groups by name and expands the first two, so every other tag lives in a group
-that sorts after ``loss`` (``optimizer/``, ``speed/``, ``weights/``) and the landing view
-shows the ``accuracy`` and ``loss`` cards (train and eval runs in one card each).
-:func:`smoothed` is TensorBoard's default smoothing of a series, for checking that the
-default view shows a run's final values (the loop warns when it would not).
-
-A resumed run first writes a *restart marker* (``SessionLog.START`` events, in a small
-events file of their own) into each run that already has events: TensorBoard then drops
-the points the interrupted run logged after the restored checkpoint, so every step
-appears once (:func:`read_scalars` applies the same rule).
-
-Model summaries run in their own ``tf.function`` at the summary interval, on the
-training batch of the next step (read from the step-indexed pipeline, not taken from
-the training iterator), and discard the state the forward pass returns: they neither
-slow the training step nor change what training computes (a test checks that runs with
-and without them end bitwise equal).
+"""TensorBoard summaries under the workdir: the :class:`Writer` of the ``train/`` and
+``eval/`` runs (scalars, histograms, images, text, hparams, restart markers), the
+:class:`ModelSummaries` of the weights a source generates, the :class:`Profiler`, and
+reading runs back (:func:`read_scalars`, :func:`smoothed`). What is written where and
+when: docs/observability.md.
 """
 from __future__ import annotations
 
