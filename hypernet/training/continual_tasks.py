@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources, tasks
+from hypernet.training import models, objectives, sources, task_protocol
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -59,7 +59,7 @@ class _State(tf.Module):
   """The continual-learning state a checkpoint holds (targets, Fisher, accuracy rows)."""
 
 
-class ContinualTask(tasks.Task):
+class ContinualTask(task_protocol.Task):
   """Continual learning (see the module doc). Batches carry the task id ``"task"``
   (int32 scalar) and the global ``"step"`` besides ``"image"`` / ``"label"``.
 
