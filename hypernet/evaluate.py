@@ -16,7 +16,6 @@ the export folder and ``--condition``) is checked before TensorFlow is imported.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any, Dict, Optional, Union
 
@@ -24,6 +23,7 @@ from absl import app
 from absl import flags
 
 from hypernet.training import cli
+from hypernet.training.workdir import Workdir
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (holds config.json and "
                                "checkpoints/).", required=True)
@@ -108,7 +108,7 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
     result["export"] = export_path
     result["export_contract"] = export.input_contract(trainer.task, model, softmax)
   if output is None:
-    output = os.path.join(workdir, f"eval_step{step}.json")
+    output = Workdir(workdir).eval_metrics(step)
   if output:
     with tf.io.gfile.GFile(output, "w") as f:
       json.dump(result, f, indent=2)
@@ -165,7 +165,7 @@ def main(argv):
     cli.quiet_startup(sys.argv)
     result = evaluate(workdir, checkpoint, _EXPORT.value or None, _CONDITION.value,
                       _OUTPUT.value or None, _DATA_DIR.value, _SOFTMAX.value)
-    output = _OUTPUT.value or os.path.join(workdir, f"eval_step{result['step']}.json")
+    output = _OUTPUT.value or Workdir(workdir).eval_metrics(result["step"])
     print(report(result, output), flush=True)
 
   cli.run_main(run, interrupted="stopped by Ctrl-C; nothing more was written.")

@@ -2,22 +2,10 @@
 
     python -m hypernet.train --config=configs/digits_hyper.py --workdir=/tmp/digits
 
-Overrides: ``--config.optim.lr=3e-4``, ``--config.num_steps=500``; in a flagfile too
-(``--flagfile=f.txt``, one flag per line), combined with the command line by absl's
-rule: a later flag wins (a later ``--config`` replaces an earlier one, and every
-``--config.FIELD`` override applies to it, in order). Rerunning the same command with
-the same workdir resumes from the latest checkpoint; rerunning a finished one prints its
-summary again. The run ends with a summary (test metrics, steps, wall time, where the
-results are, the commands to evaluate / export it and to open TensorBoard). Console
-lines carry a short time stamp; the first comes before the TensorFlow import. Exit
-status: 0 done; 1 a user error (one line ``train.py: error: ...`` naming the flag,
-field, file or folder and what to do; what needs no TensorFlow is checked before
-importing it) or a bug (a traceback); 130 stopped by Ctrl-C (after saving a checkpoint
-once training runs; one line during start-up); 143 stopped early, rerun the same command
-to resume (SIGTERM to any worker: every worker stopped at the same step and the chief
-saved it; or a lost peer worker: the rerun resumes from the chief's latest checkpoint),
-see docs/distributed.md. ``--verbosity=0`` shows TensorFlow's own log lines and absl's
-format too.
+Overrides: ``--config.optim.lr=3e-4`` (also in a ``--flagfile``; a later flag wins).
+Rerunning the same command resumes from the latest checkpoint. Exit status: 0 done, 1 a
+user error (one line) or a bug, 130 Ctrl-C, 143 stopped early: rerun to resume
+(docs/distributed.md).
 """
 import sys
 import time

@@ -4,6 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hypernet.training import tasks
+
 
 def make_mlp(input_shape, num_classes):
   return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(name="flat"),
@@ -109,5 +111,46 @@ class LinearRegressionTask:
 
 
 class Incomplete:
+  def __init__(self, config):
+    self.config = config
+
+
+class SubclassedRegressionTask(tasks.Task):
+  """:class:`LinearRegressionTask` written as a subclass of the Task protocol: the
+  optional members (describe, final_metrics, ...) come from the base."""
+
+  def __init__(self, config):
+    self._inner = LinearRegressionTask(config)
+    self.metric_names = ["loss"]
+
+  @property
+  def trainable_variables(self):
+    return self._inner.trainable_variables
+
+  def trackables(self):
+    return self._inner.trackables()
+
+  def train_dataset(self, global_batch_size, seed, start_step=0, input_context=None):
+    return self._inner.train_dataset(global_batch_size, seed, start_step, input_context)
+
+  def eval_dataset(self, global_batch_size, input_context=None):
+    return self._inner.eval_dataset(global_batch_size, input_context)
+
+  def train_loss(self, batch, global_batch_size):
+    return self._inner.train_loss(batch, global_batch_size)
+
+  def eval_sums(self, batch):
+    return self._inner.eval_sums(batch)
+
+  def apply_state(self, state):
+    del state
+
+  def final_metrics(self):
+    return {"w_error": float(tf.norm(self._inner.w - self._inner.w_true))}
+
+
+class IncompleteSubclass(tasks.Task):
+  """A Task subclass without eval_sums and without a loss."""
+
   def __init__(self, config):
     self.config = config

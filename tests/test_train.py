@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import loop
+from hypernet.training import actions, loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -199,7 +199,7 @@ def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypa
   from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
   offset = [0.0]
   real_time = time.time
-  monkeypatch.setattr(loop, "time", types.SimpleNamespace(time=lambda: real_time() + offset[0]))
+  monkeypatch.setattr(actions, "time", types.SimpleNamespace(time=lambda: real_time() + offset[0]))
   original, calls = loop.Trainer.train_chunk_sums, []
 
   def train_chunk_sums(self, iterator, num_steps):

@@ -1,5 +1,7 @@
 """The training loop and everything it runs: :mod:`.loop` (``train_and_evaluate``, the
-``Trainer``), tasks (:mod:`.tasks`, :mod:`.meta_tasks`, :mod:`.continual_tasks`), weight
+``Trainer``), its periodic actions (:mod:`.actions`), the workdir layout (:mod:`.workdir`),
+the task protocol (:mod:`.task_protocol`) and tasks (:mod:`.tasks`, :mod:`.meta_tasks`,
+:mod:`.continual_tasks`), weight
 sources and targets built from a config (:mod:`.sources`, :mod:`.models`), objectives,
 checkpoints, summaries, distribution, the config schema (:mod:`.config_lib`), the command
 line (:mod:`.cli`, TensorFlow-free at import) and export. The top layer below the entry

@@ -1,22 +1,7 @@
-"""Never lose a run: the workdir lock, graceful SIGTERM/SIGINT, checkpoint lookup.
-
-* :class:`WorkdirLock` -- one training job per workdir. An exclusive ``fcntl.flock`` on
-  ``workdir/lock``: the kernel drops it when the process ends in any way (``kill -9``
-  included), so a crashed job never leaves a stale lock behind.
-* :class:`SignalCatcher` -- records SIGTERM / SIGINT instead of dying, so the train loop
-  can finish the current chunk of steps, agree on the stop step with the other workers,
-  save a checkpoint and exit: SIGTERM with status 143 (:class:`Preempted`), SIGINT by
-  ``KeyboardInterrupt`` (status 130 from the command line).
-* :func:`resolve_checkpoint` -- the latest or a named checkpoint of a workdir.
-* :func:`restore_candidates` / :func:`set_aside` -- the checkpoints a resume may use,
-  newest first, and where an unreadable one is moved (``checkpoints/unreadable/``).
-* :class:`Preempted` / :class:`PeerLost` -- how a run that can be resumed ends: a
-  ``SystemExit`` with status :data:`EXIT_RESTART` (143), after exit handlers ran.
-
-Checkpoints themselves are written by ``tf.train.CheckpointManager``: the data and index
-files are complete before the ``checkpoint`` state file is atomically replaced to name
-them, so a process killed at any moment leaves the state file pointing at a complete
-checkpoint (tested by killing a job that checkpoints every step).
+"""Never lose a run: the workdir lock (:class:`WorkdirLock`), graceful SIGTERM / SIGINT
+(:class:`SignalCatcher`), the checkpoints a resume may use and where an unreadable one
+is set aside, and how a resumable run ends (:class:`Preempted`, :class:`PeerLost`: exit
+status 143). Behaviour on signals, kill -9 and full disks: docs/observability.md.
 """
 from __future__ import annotations
 
@@ -32,14 +17,16 @@ from typing import Optional, Sequence, Union
 from absl import logging
 import tensorflow as tf
 
-LOCK_NAME = "lock"
+from hypernet.training.workdir import Workdir
+
+LOCK_NAME = Workdir.LOCK
 # The exit status of a run that stopped early and resumes when rerun with the same command
 # (preempted by SIGTERM on any worker, or a lost peer worker): 128 + SIGTERM, what a shell
 # reports for a process ended by SIGTERM and what TensorFlow's PreemptionCheckpointHandler
 # exits with on GCE (failure_handling_util._RESTARTABLE_EXIT_CODE). A bug or a user error
 # exits 1.
 EXIT_RESTART = 143
-UNREADABLE_DIR = "unreadable"
+UNREADABLE_DIR = Workdir.UNREADABLE
 
 
 class Preempted(SystemExit):
@@ -88,7 +75,7 @@ class WorkdirLock:
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.workdir = workdir
-    self.path = os.path.join(workdir, LOCK_NAME)
+    self.path = Workdir(workdir).lock
     self.enabled = enabled
     self._fd: Optional[int] = None
     self._created: list = []
@@ -266,7 +253,7 @@ class SignalCatcher:
 
 def checkpoint_dir(workdir: str) -> str:
   """Where the train loop writes checkpoints: ``workdir/checkpoints``."""
-  return os.path.join(workdir, "checkpoints")
+  return Workdir(workdir).checkpoints
 
 
 def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -> str:
@@ -288,7 +275,7 @@ def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -
                               f"hypernet.train --workdir={workdir} ...).")
     return latest
   text = str(checkpoint)
-  path = os.path.join(folder, f"ckpt-{text}") if text.isdigit() else text
+  path = Workdir(workdir).checkpoint(text) if text.isdigit() else text
   if not tf.io.gfile.exists(path + ".index"):
     state = tf.train.get_checkpoint_state(folder)
     present = list(state.all_model_checkpoint_paths) if state else []

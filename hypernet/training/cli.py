@@ -1,30 +1,8 @@
-"""What the command-line entry points (``hypernet.train``, ``hypernet.evaluate``) share.
-
-Nothing here imports TensorFlow at module level: :func:`quiet_startup` must run before
-TensorFlow is imported so that its native start-up lines can be filtered.
-
-* :func:`quiet_startup` -- TensorFlow's native start-up lines (the "All log messages
-  before absl::InitializeLog()" banner, oneDNN / CPU-feature / CUDA-stub notices, the
-  error-level ``failed call to cuInit`` of a machine without a GPU) and its Python INFO
-  lines (``Sharding callback duration`` at every checkpoint) are dropped; the project's
-  own log lines stay. ``--verbosity=N`` (absl's flag, also ``-v N``) keeps all of them.
-* :func:`parse_flags` -- absl's flag parsing (``absl.app.run(main,
-  flags_parser=parse_flags)``) with flagfiles and a repeated ``--config`` combined by
-  absl's rule (the later value wins; every ``--config.FIELD=VALUE`` override applies, in
-  order, to that config), and every parsing error (unknown flag or config field, missing
-  config file, bad value) printed as one line that names it, exit status 1, before
-  anything is created.
-  An unknown flag that is a config field written without ``config.`` (``--num_steps=5``,
-  ``--lr=0.1``) gets the flag to use (``--config.num_steps=5``, ``--config.optim.lr=0.1``).
-* :func:`check_train_args`, :func:`read_workdir_config`, :func:`check_checkpoint_exists`
-  -- what the entry points check before the TensorFlow import (seconds), so that a user
-  error is reported at once.
-* :func:`run_main` -- runs an entry point's work with short time-stamped log lines
-  (:class:`ShortFormatter`): a user error (:func:`user_errors`) is one line
-  ``<program>: error: <message>`` (the form of flag errors) and exit status 1; Ctrl-C
-  ends with exit status 130 and no traceback (:func:`run_entry_point` covers flag
-  parsing too).
-* :func:`closing_summary` -- the block a training run ends with, with the next commands.
+"""What the command-line entry points (``hypernet.train``, ``hypernet.evaluate``) share:
+quiet TensorFlow start-up, absl flag parsing with one-line errors, the checks that need
+no TensorFlow, running an entry point with short log lines and exit statuses (1 user
+error, 130 Ctrl-C), and the closing summary. Nothing here imports TensorFlow at module
+level.
 """
 from __future__ import annotations
 
@@ -39,6 +17,7 @@ import time
 from typing import Callable, List, Mapping, Optional
 
 from hypernet.training.console import format_metrics  # pylint: disable=unused-import
+from hypernet.training.workdir import Workdir
 
 # A native log line: severity letter, MMDD, then time (absl / TensorFlow C++ format).
 _NATIVE_LINE = re.compile(r"^[IWEF]\d{4} ")
@@ -432,7 +411,7 @@ def read_workdir_config(workdir: str, flag: str = "--workdir"):
   import json  # pylint: disable=g-import-not-at-top
   from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   check_workdir_is_folder(workdir, flag)
-  path = os.path.join(workdir, "config.json")
+  path = Workdir(workdir).config
   if _local(path):
     exists, opener = os.path.exists(path), open
   else:
@@ -460,7 +439,7 @@ def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:
   Raises:
     FileNotFoundError: naming the checkpoint folder and what to do.
   """
-  folder = os.path.join(workdir, "checkpoints")
+  folder = Workdir(workdir).checkpoints
   if not _local(folder):
     return
   text = "" if checkpoint is None else str(checkpoint)
@@ -469,7 +448,7 @@ def check_checkpoint_exists(workdir: str, checkpoint=None) -> None:
       raise FileNotFoundError(f"No checkpoint in {folder}: train first (python -m "
                               f"hypernet.train --workdir={workdir} ...).")
     return
-  path = os.path.join(folder, f"ckpt-{text}") if text.isdigit() else text
+  path = Workdir(workdir).checkpoint(text) if text.isdigit() else text
   if _local(path) and not os.path.exists(path + ".index"):
     present = sorted((int(m.group(1)) for m in (re.match(r"ckpt-(\d+)\.index$", f)
                       for f in (os.listdir(folder) if os.path.isdir(folder) else [])) if m))
@@ -512,18 +491,19 @@ def closing_summary(result: Mapping, workdir: str, exportable: bool = True) -> s
   import shlex  # pylint: disable=g-import-not-at-top
   skip = ("step", "start_step", "wall_time_sec", "skipped_steps", "interrupted_by_signal")
   metrics = {k: v for k, v in result.items() if k not in skip and "/" not in k}
-  checkpoints = os.path.join(workdir, "checkpoints")
+  paths = Workdir(workdir)
+  checkpoints = paths.checkpoints
   latest = latest_checkpoint_step(checkpoints)
   start = result.get("start_step") or 0
   ran = (f" in {result.get('wall_time_sec', 0):.1f} s" if not start else
          f" (resumed at step {start}: {result.get('step', start) - start} steps in "
          f"{result.get('wall_time_sec', 0):.1f} s)")
   quoted = shlex.quote(workdir)
-  target = shlex.quote(os.path.join(workdir, "target.keras"))
+  target = shlex.quote(paths.export)
   lines = [
       f"Done: {result.get('step', '?')} steps{ran}.",
       "  test:        " + format_metrics(metrics),
-      f"  metrics:     {os.path.join(workdir, 'final_metrics.json')}",
+      f"  metrics:     {paths.final_metrics}",
       f"  checkpoints: {checkpoints}" + (f" (latest: step {latest})" if latest is not None
                                          else ""),
       f"  export:      python -m hypernet.evaluate --workdir={quoted} --export={target}"

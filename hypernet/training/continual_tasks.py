@@ -1,48 +1,8 @@
-"""Continual learning as a task of the one train loop (``config.task = "continual"``).
-
-``T = config.continual.num_tasks`` tasks (:mod:`hypernet.data.continual`: split or
-permuted data) are learned one after another, ``steps_per_task`` steps each; global
-step ``s`` trains task ``s // steps_per_task``. Methods (``config.continual.method``):
-
-* ``"hnet"`` -- von Oswald et al. 2020 ("Continual learning with hypernetworks", ICLR):
-  a conditional hypernetwork (any kind: ``config.hypernet.kind``) with one learned task
-  embedding per task generates the target's weights; after each task its outputs for
-  the tasks so far are stored, and the output regulariser
-  (:func:`hypernet.continual.regularizers.output_regularizer`) keeps them there. The paper
-  re-stores every past task's outputs after each task (``refresh_targets=True``), so
-  the small drift each task allows accumulates; with ``False`` each task's outputs are
-  stored once, after its own training, and every later task is pulled back to them.
-* ``"finetune"`` -- one multi-head target trained on each task in turn, unprotected.
-* ``"ewc"`` -- the same with the online EWC penalty
-  (:func:`hypernet.continual.regularizers.ewc_penalty`; Fisher from each task's data).
-* ``"independent"`` -- a separate target network per task (the upper bound).
-
-Normalisation state (BatchNorm moving statistics) is kept per task for ``hnet`` and
-``independent`` (as hypnettorch keeps it per condition): task ``t`` trains and is
-evaluated with its own statistics (``continual/task_stats/*`` in the checkpoint, one
-row per task), so the independent baseline's forgetting is exactly 0 with BatchNorm in
-the target too. ``finetune`` and ``ewc`` run one network with one set of statistics,
-which later tasks move (part of what they forget).
-
-Scenarios (van de Ven & Tolias 2019; von Oswald et al. Sec. 4): CL1, the task identity
-is given at test time (the task's embedding / head); CL3, it is not. How CL3 infers the
-task (``config.continual.task_inference``):
-
-* ``"entropy"`` (default): ``hnet`` and ``independent`` take the task whose weights give
-  the lowest predictive entropy (HNET+ENT), the multi-head baselines the arg-max over the
-  heads of the tasks seen.
-* ``"ppca"``: every method takes the task whose input density is highest: a
-  probabilistic PCA of each task's training images with ``config.continual.
-  ppca_components`` components, fitted at the end of the task
-  (:mod:`hypernet.continual.task_inference`), then that task's classifier.
-
-At the end of each task (an event of the loop) the task evaluates every task's test set
-under both scenarios: row ``t`` of the accuracy matrices ``acc_cl1[t, k]`` /
-``acc_cl3[t, k]`` (accuracy on task ``k`` after learning task ``t``), logged as
-``cl/acc_task_k`` (and ``cl3/acc_task_k``) and kept in the checkpoint. The optimiser's
-slots and iteration count are reset at each new task (a fresh optimiser per task, as in
-the paper's code), so no parameter of an earlier task drifts on stale momentum; a
-learning-rate schedule (``config.optim.schedule``) spans one task.
+"""Continual learning as a task of the one train loop (``config.task = "continual"``):
+``config.continual.num_tasks`` tasks learned one after another, ``steps_per_task`` steps
+each, by the ``hnet`` (von Oswald et al. 2020), ``finetune``, ``ewc`` or ``independent``
+methods, scored under CL1 and CL3 at the end of each task. The methods, scenarios and
+state: docs/continual-learning.md ("How the continual task runs").
 """
 from __future__ import annotations
 
@@ -56,7 +16,7 @@ import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources
+from hypernet.training import models, objectives, sources, task_protocol
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -99,7 +59,7 @@ class _State(tf.Module):
   """The continual-learning state a checkpoint holds (targets, Fisher, accuracy rows)."""
 
 
-class ContinualTask:
+class ContinualTask(task_protocol.Task):
   """Continual learning (see the module doc). Batches carry the task id ``"task"``
   (int32 scalar) and the global ``"step"`` besides ``"image"`` / ``"label"``.
 
@@ -116,33 +76,27 @@ class ContinualTask:
   def __init__(self, config, data=None):
     cc = config.continual
     self.config = config
-    if cc.method not in METHODS:
-      raise ValueError(f"config.continual.method={cc.method!r} is unknown; known: {list(METHODS)}.")
-    if cc.benchmark not in BENCHMARKS:
-      raise ValueError(f"config.continual.benchmark={cc.benchmark!r} is unknown; known: "
-                       f"{list(BENCHMARKS)}.")
-    if cc.task_inference not in TASK_INFERENCE:
-      raise ValueError(f"config.continual.task_inference={cc.task_inference!r} is unknown; "
-                       f"known: {list(TASK_INFERENCE)}.")
     self.num_tasks = T = int(cc.num_tasks)
     self.steps_per_task = int(cc.steps_per_task)
-    if not 0 < config.num_steps <= T * self.steps_per_task:
-      raise ValueError(
-          f"config.num_steps={config.num_steps} must be at most config.continual.num_tasks "
-          f"* steps_per_task = {T * self.steps_per_task} (the whole sequence; fewer stops "
-          "inside it, and a rerun with more resumes there).")
-    if config.num_steps < T * self.steps_per_task:
-      done, rest = divmod(config.num_steps, self.steps_per_task)
-      learned = (f"learns tasks 0..{done - 1}" if done else "completes no task") + (
-          f" and {rest} of the {self.steps_per_task} steps of task {done}" if rest else "")
-      logging.warning(
-          "config.num_steps=%d stops inside the task sequence: it %s of "
-          "config.continual.num_tasks=%d (steps_per_task=%d). The final accuracy averages "
-          "over every task's test set, untrained tasks included, and the cl/ accuracy "
-          "matrices hold only the tasks finished. Set --config.num_steps=%d for the whole "
-          "sequence (a rerun with more steps resumes here), or lower "
-          "config.continual.steps_per_task.", config.num_steps, learned, T,
-          self.steps_per_task, T * self.steps_per_task)
+    _check_config(config)
+    self._load_tasks(config, data)
+    self.classes = c = self.tasks[0].num_classes
+    self.method = cc.method
+    multi_head = self.method in ("finetune", "ewc")
+    self.target = models.make_target(config.model, self.tasks[0].image_shape,
+                                     T * c if multi_head else c)
+    self._make_state(cc)
+    self._make_source(config)
+    self._make_task_stats()
+    self.metric_names = ["loss", "accuracy", "cl_penalty"]
+    self.event_every = self.steps_per_task
+    # The optimiser restarts at each task (_reset_optimizer_slots): a learning-rate
+    # schedule spans one task.
+    self.schedule_steps = self.steps_per_task
+
+  def _load_tasks(self, config, data) -> None:
+    """The ``T`` tasks' data (``self.tasks``) and their evaluation sets."""
+    cc, T = config.continual, self.num_tasks
     base = data if data is not None else data_lib.load_classification(config.data)
     if cc.benchmark == "split":
       self.tasks = cl_data.split_tasks(base, T, int(cc.classes_per_task))
@@ -156,11 +110,11 @@ class ContinualTask:
                          for d in self.tasks]
     else:
       self.eval_tasks = self.tasks
-    self.classes = c = self.tasks[0].num_classes
-    self.method = cc.method
-    multi_head = self.method in ("finetune", "ewc")
-    self.target = models.make_target(config.model, self.tasks[0].image_shape,
-                                     T * c if multi_head else c)
+
+  def _make_state(self, cc) -> None:
+    """The checkpointed state: accuracy matrices, rows done, the current task and the
+    tasks' input densities (``task_inference="ppca"``)."""
+    T = self.num_tasks
     self.state = _State(name="continual")
     with self.state.name_scope:
       self.state.acc_cl1 = tf.Variable(tf.fill([T, T], -1.0), trainable=False, name="acc_cl1")
@@ -181,6 +135,10 @@ class ContinualTask:
         self.state.ppca_scales = tf.Variable(tf.ones([T, r]), trainable=False,
                                              name="ppca_scales")
         self.state.ppca_noise = tf.Variable(tf.ones([T]), trainable=False, name="ppca_noise")
+
+  def _make_source(self, config) -> None:
+    """The method's weight source (and its state: stored outputs, Fisher, anchors)."""
+    T, c = self.num_tasks, self.classes
     if self.method == "hnet":
       hc = copy.deepcopy(config.hypernet)
       if hc.kind == "none":
@@ -210,10 +168,14 @@ class ContinualTask:
                                             name=f"anchor{i}") for i, p in enumerate(params)]
           self.state.fisher = [tf.Variable(tf.zeros_like(p), trainable=False,
                                            name=f"fisher{i}") for i, p in enumerate(params)]
-    # Normalisation state per task (hypnettorch keeps BatchNorm statistics per condition):
-    # for the methods with per-task weights, task t trains and is evaluated with its own
-    # moving statistics, so learning task t' > t leaves task t's network, statistics
-    # included, unchanged. finetune / EWC share one network and one set of statistics.
+
+  def _make_task_stats(self) -> None:
+    """Normalisation state per task (hypnettorch keeps BatchNorm statistics per
+    condition): for the methods with per-task weights, task t trains and is evaluated
+    with its own moving statistics, so learning task t' > t leaves task t's network,
+    statistics included, unchanged. finetune / EWC share one network and one set of
+    statistics."""
+    T = self.num_tasks
     self.task_stat_paths: List[str] = []
     if self.method in ("hnet", "independent"):
       non_trainable = functional.variable_paths(self.target, trainable=False)
@@ -225,11 +187,6 @@ class ContinualTask:
               tf.Variable(tf.stack([tf.convert_to_tensor(non_trainable[q].value)] * T),
                           trainable=False, name="task_stats_" + q.replace("/", "_"))
               for q in self.task_stat_paths]
-    self.metric_names = ["loss", "accuracy", "cl_penalty"]
-    self.event_every = self.steps_per_task
-    # The optimiser restarts at each task (_reset_optimizer_slots): a learning-rate
-    # schedule spans one task.
-    self.schedule_steps = self.steps_per_task
 
   # -- the task interface ------------------------------------------------------------
   @property
@@ -495,6 +452,42 @@ class ContinualTask:
       out[f"{name}/during_accuracy"] = float(during.mean())
       out[f"{name}/forgetting"] = float(during.mean() - final.mean())
     return out
+
+
+def _check_config(config) -> None:
+  """The ``config.continual`` choices and ``config.num_steps`` against the sequence.
+
+  Raises:
+    ValueError: an unknown method / benchmark / task inference, or ``num_steps`` outside
+      ``(0, num_tasks * steps_per_task]``.
+  """
+  cc = config.continual
+  T, steps_per_task = int(cc.num_tasks), int(cc.steps_per_task)
+  if cc.method not in METHODS:
+    raise ValueError(f"config.continual.method={cc.method!r} is unknown; known: {list(METHODS)}.")
+  if cc.benchmark not in BENCHMARKS:
+    raise ValueError(f"config.continual.benchmark={cc.benchmark!r} is unknown; known: "
+                     f"{list(BENCHMARKS)}.")
+  if cc.task_inference not in TASK_INFERENCE:
+    raise ValueError(f"config.continual.task_inference={cc.task_inference!r} is unknown; "
+                     f"known: {list(TASK_INFERENCE)}.")
+  if not 0 < config.num_steps <= T * steps_per_task:
+    raise ValueError(
+        f"config.num_steps={config.num_steps} must be at most config.continual.num_tasks "
+        f"* steps_per_task = {T * steps_per_task} (the whole sequence; fewer stops "
+        "inside it, and a rerun with more resumes there).")
+  if config.num_steps < T * steps_per_task:
+    done, rest = divmod(config.num_steps, steps_per_task)
+    learned = (f"learns tasks 0..{done - 1}" if done else "completes no task") + (
+        f" and {rest} of the {steps_per_task} steps of task {done}" if rest else "")
+    logging.warning(
+        "config.num_steps=%d stops inside the task sequence: it %s of "
+        "config.continual.num_tasks=%d (steps_per_task=%d). The final accuracy averages "
+        "over every task's test set, untrained tasks included, and the cl/ accuracy "
+        "matrices hold only the tasks finished. Set --config.num_steps=%d for the whole "
+        "sequence (a rerun with more steps resumes here), or lower "
+        "config.continual.steps_per_task.", config.num_steps, learned, T,
+        steps_per_task, T * steps_per_task)
 
 
 def entropy_task_inference(logits: tf.Tensor, seen: tf.Tensor):

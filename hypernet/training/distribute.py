@@ -1,24 +1,7 @@
-"""Scale-out with ``tf.distribute``: the strategy from the config, who is the chief, and
-the cross-replica reductions the train step needs to give the single-device answer.
-
-Data-parallel training (synchronous, Goyal et al. 2017, "Accurate, large minibatch SGD")
-splits each global batch (or meta-batch of tasks) across ``R`` replicas. It reproduces
-one device exactly when
-
-* each replica's loss is its share of the *global* mean, ``sum(local losses) / B_global``
-  (``tf.nn.compute_average_loss``), and the gradients are *summed* over replicas: per
-  example losses ``[2, 3]`` and ``[4, 5]`` on two replicas give ``(2+3+4+5)/4 = 3.5``;
-* everything computed from the gradient (its global norm, clipping, the NaN guard, loss
-  scaling's finite check) sees the summed gradient, not a replica's share;
-* non-trainable state that ``stateless_call`` returns (BatchNorm moving statistics, RNG
-  seed state) is all-reduced before it is written (:func:`all_reduce_state`), because
-  writing a ``MirroredVariable`` of aggregation ``"none"`` in replica context writes
-  each replica's own value silently and the copies drift apart;
-* metrics are ``(sum, count)`` pairs summed over replicas and divided once.
-
-Random draws are *not* meant to agree: :func:`hypernet.core.functional.functional_call` folds
-the replica id into Keras seed-generator states so that dropout masks differ across
-replicas (replica 0 keeps the single-device stream).
+"""Scale-out with ``tf.distribute``: the run's :class:`Runtime` (strategy from the config,
+chief, cluster, write folder, dtype policy, stop agreement) and the cross-replica
+reductions that make R replicas follow the single-device trajectory (Goyal et al. 2017,
+"Accurate, large minibatch SGD"; the rules: docs/distributed.md).
 """
 from __future__ import annotations
 
@@ -229,6 +212,85 @@ def remove_write_dir(path: str, workdir: str) -> None:
   fd = _WRITE_DIR_LOCKS.pop(path, None)
   if fd is not None:
     os.close(fd)
+
+
+class Runtime:
+  """The distribution strategy of a run and everything the Trainer asks of it.
+
+  Built once from the config (``config.distribution``, ``config.dtype_policy``): the
+  strategy, whether this process is the chief, the workers of a multi-worker run and
+  this process's slot among them, where it writes checkpoints, the dtype policy the
+  models are built under, and the agreement on a stop between chunks of steps.
+
+  Args:
+    config: the experiment config.
+    workdir: the run's output folder (non-chief workers write their checkpoints to a
+      temporary folder instead, removed by :meth:`close`).
+
+  Raises:
+    ValueError: an unknown distribution or dtype policy (see :func:`get_strategy`,
+      :func:`check_dtype_policy`).
+  """
+
+  def __init__(self, config, workdir: str):
+    self.strategy = get_strategy(config)
+    self.num_replicas = self.strategy.num_replicas_in_sync
+    self.is_chief = is_chief(self.strategy)
+    if config.distribution != "auto" or self.num_replicas > 1:
+      logging.info("Distribution: %s (config.distribution=%r), %d replica(s).",
+                   type(self.strategy).__name__, config.distribution, self.num_replicas)
+    self.policy = check_dtype_policy(config.dtype_policy)
+    self.workdir = workdir
+    self.write_dir = write_dir(workdir, self.strategy)
+    # The workers of a multi-worker run, and this process's slot among them (agree_stop).
+    self.cluster = cluster_tasks(self.strategy)
+    own = task_info(self.strategy)
+    self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
+    self.multi_worker = len(self.cluster) > 1 and isinstance(
+        self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    self._agree = tf.function(self._agree_fn)
+
+  @contextlib.contextmanager
+  def scope(self) -> Iterator[None]:
+    """Where models, optimiser and variables are built: the dtype policy and the
+    strategy's scope."""
+    with dtype_policy(self.policy), self.strategy.scope():
+      yield
+
+  def prepare_optimizer(self, optimizer):
+    """``optimizer`` taking gradients already summed over replicas
+    (:func:`apply_reduced_gradients`), built for nothing yet."""
+    return apply_reduced_gradients(optimizer)
+
+  def _agree_fn(self, flags):
+    def replica_fn(f):  # (A float tensor made on the replica's device: the collective
+      # all-reduce refuses an int32 constant placed nowhere.)
+      f = tf.cast(f, tf.float32)
+      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, f)
+    summed = self.strategy.experimental_local_results(
+        self.strategy.run(replica_fn, args=(flags,)))[0]
+    return summed / (self.num_replicas // len(self.cluster))  # Per worker, not replica.
+
+  def agree_stop(self, signum: Optional[int]) -> List[int]:
+    """Shares "a signal asked me to stop" with every worker (a collective: every worker
+    calls it at the same point of the loop, between chunks of steps).
+
+    Args:
+      signum: the signal this process received (``None``: none).
+
+    Returns:
+      One signal number per worker of :attr:`cluster` (0: none; one entry outside a
+      multi-worker run), the same list on every worker, so all stop at the same step.
+    """
+    if not self.multi_worker:
+      return [signum or 0]
+    flags = [0] * len(self.cluster)
+    flags[self.task_slot] = int(signum or 0)
+    return [int(round(float(v))) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
+
+  def close(self) -> None:
+    """Removes a non-chief worker's temporary checkpoint folder."""
+    remove_write_dir(self.write_dir, self.workdir)
 
 
 # -- inside the replica step ---------------------------------------------------------

@@ -1,27 +1,7 @@
-"""Export the target network a weight source produced as a plain Keras model file.
-
-The exported ``.keras`` file holds an ordinary Keras 3 model (the target architecture,
-e.g. ``keras.Sequential`` of Conv2D/Dense layers) with the generated weights written
-into its variables. It loads and predicts with ``keras.models.load_model(path)`` alone:
-no ``hypernet`` import, no hypernetwork, no custom objects.
-
-* hypernetwork sources: the generated weights (quantised ones as the target ran on
-  them); a conditional hypernetwork exports one condition (task id) per file;
-* plain training: the target's own weights;
-* meta-learners: the learned initial (pre-adaptation) weights -- fast weights depend
-  on each episode's support set and are not part of the file. The support-conditioned
-  hypernetwork, whose head is generated per task, has no such network: refused
-  (:func:`check_exportable`).
-
-Non-trainable state (BatchNorm moving statistics) is copied from the trained target.
-
-The exported model takes the data as stored, not as the training pipeline feeds it: a
-``keras.layers.Rescaling`` layer named ``pixel_scale`` first multiplies the inputs by the
-data set's ``pixel_scale`` (1/16 for the digits' 0..16 pixels, 1/255 for IDX files'
-0..255), as the pipeline does, so raw pixels give the trained accuracy. It outputs
-logits, or class probabilities with ``softmax=True`` (``--export_softmax``).
-Meta-learning tasks (no image data set) export the target alone: it takes inputs as the
-episodes feed them.
+"""Export the target network a weight source produced as a plain Keras model file: the
+generated (or trained, or meta-learned initial) weights in a clone of the target, behind
+a ``Rescaling`` of the stored pixels, loadable with ``keras.models.load_model`` alone.
+The checks an export needs run before TensorFlow is imported. Details: docs/observability.md.
 """
 from __future__ import annotations
 
@@ -53,11 +33,12 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
-  target = getattr(task, "target", None)
+  from hypernet.training import task_protocol  # pylint: disable=g-import-not-at-top
+  task = task_protocol.as_task(task)
+  target = task.target
   if target is None:
     raise ValueError(f"Task {type(task).__name__} has no target network to export.")
-  weights = summaries.target_weights(task)
+  weights = task.summary_weights()
   clone = keras.models.clone_model(target)
   paths = list(functional.variable_paths(target))
   if len(clone.variables) != len(paths):
@@ -162,7 +143,8 @@ def check_export_path(path: str) -> None:
 def input_scale(task) -> Optional[float]:
   """The factor the training pipeline multiplies stored pixels by (``data.pixel_scale``),
   or ``None`` when the task has no image data set (meta-learning, sinusoid)."""
-  scale = getattr(getattr(task, "data", None), "pixel_scale", None)
+  from hypernet.training import task_protocol  # pylint: disable=g-import-not-at-top
+  scale = getattr(task_protocol.as_task(task).data, "pixel_scale", None)
   return None if scale is None else float(scale)
 
 

@@ -1,51 +1,18 @@
-"""The one training loop: ``train_and_evaluate(config, workdir)``.
+"""The one training loop: ``train_and_evaluate(config, workdir)`` and its :class:`Trainer`.
 
-Every algorithm (plain training, hypernetworks, meta-learners) is a *task*
-(:mod:`hypernet.training.tasks`) run by this loop:
-
-* models, optimiser and step are built under a ``tf.distribute`` strategy scope (the
-  default strategy on one device; ``config.distribution`` picks another, see
-  :mod:`hypernet.training.distribute`), so multi-device and multi-worker training need no other
-  loop: the gradients are summed over replicas *before* anything reads them (global
-  norm, clipping, NaN guard, loss scaling), and returned state is all-reduced before it
-  is written, so R replicas follow the single-device trajectory;
-* ``config.jit_compile`` compiles the forward and backward pass with XLA, and
-  ``config.dtype_policy`` switches on mixed precision (``mixed_float16`` adds dynamic
-  loss scaling);
-* steps run in chunks inside one ``tf.function`` (a ``tf.range`` loop over a distributed
-  iterator): no Python work per step, one trace per run;
-* every ``log_every`` steps: console progress and TensorBoard scalars (loss, accuracy,
-  learning rate, steps/s, global gradient norm); every ``eval_every`` steps an
-  evaluation; every ``checkpoint_every`` steps a ``tf.train.CheckpointManager`` save;
-* a rerun with the same workdir resumes from the latest checkpoint, with the same data
-  order (the input pipeline is step-indexed);
-* a NaN/inf loss or gradient stops the run with :class:`NonFiniteLossError` naming the
-  first bad step and the first non-finite tensor (found by replaying that step from the
-  last checkpoint), before anything from that step is saved; with
-  ``config.fault.nonfinite="skip"`` the bad step is skipped instead;
-* SIGTERM / SIGINT: the current chunk finishes, every worker learns of the signal at the
-  same chunk boundary (:meth:`Trainer.agree_stop`), all stop at that step, the chief's
-  checkpoint of it is saved and the run ends with :class:`~hypernet.training.checkpoints.
-  Preempted` (exit status 143: rerun to resume) or ``KeyboardInterrupt``; a lost peer
-  worker ends it with one line and :class:`~hypernet.training.checkpoints.PeerLost`
-  (143); a resume skips unreadable checkpoints; a second job on the same workdir is
-  refused (:mod:`hypernet.training.checkpoints`);
-* every ``config.summaries.every`` steps the model summaries of
-  :class:`hypernet.training.summaries.ModelSummaries` (histograms, kernel images, norms) and an
-  optional profiler trace; at step 0 an evaluation and the hparams plugin's record of
-  the run; a resumed run first writes a TensorBoard restart marker at the restored step,
-  so that no step appears twice;
-* at the end the final evaluation metrics are written to ``workdir/final_metrics.json``;
-  rerunning a finished run returns them without rewriting anything.
+Every algorithm is a task (:class:`hypernet.training.tasks.Task`) trained by this loop:
+the :class:`Trainer` builds task, optimiser, checkpoint and compiled step functions
+under the run's :class:`~hypernet.training.distribute.Runtime` (strategy, dtype policy),
+runs chunks of steps in one ``tf.function`` and evaluates; between chunks the periodic
+actions of :mod:`hypernet.training.actions` log, evaluate, checkpoint, write summaries,
+profile, stop on signals and handle non-finite steps. The workdir's layout is
+:class:`~hypernet.training.workdir.Workdir`'s.
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import re
-import time
 from typing import Dict, List, Optional, Tuple
 
 from absl import logging
@@ -53,12 +20,19 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet.training import console, distribute, objectives, tasks
+from hypernet.training import actions, distribute, objectives, tasks
+from hypernet.training.workdir import Workdir
 from hypernet.numerics import devices, norm_relu_pool, second_order
 
-
-class NonFiniteLossError(FloatingPointError):
-  """The loss or gradient became NaN/inf; the last good checkpoint is kept."""
+# Re-exported: the outer loop's parts that callers reach through this module.
+NonFiniteLossError = actions.NonFiniteLossError
+config_changes = actions.config_changes
+console_interval = actions.console_interval
+finished_result = actions.finished_result
+first_nonfinite_tensor = actions.first_nonfinite_tensor
+signal_name = actions.signal_name
+train_tags = actions.train_tags
+TRAIN_TAGS = actions.TRAIN_TAGS
 
 
 class WorkdirWriteError(OSError):
@@ -181,24 +155,34 @@ class Trainer:
       workdir: the output folder (checkpoints under ``workdir/checkpoints`` on the
         chief; non-chief workers write theirs to a temporary folder).
       build_task: ``config -> task``, called inside the strategy scope (tests pass small
-        analytic tasks here).
+        analytic tasks here); a task without :class:`~hypernet.training.tasks.Task` as
+        its base is wrapped (:func:`~hypernet.training.tasks.as_task`).
     """
     self.config = config
     self.workdir = workdir
-    self.strategy = distribute.get_strategy(config)
-    self.num_replicas = self.strategy.num_replicas_in_sync
-    self.is_chief = distribute.is_chief(self.strategy)
-    if config.distribution != "auto" or self.num_replicas > 1:
-      logging.info("Distribution: %s (config.distribution=%r), %d replica(s).",
-                   type(self.strategy).__name__, config.distribution, self.num_replicas)
+    self.paths = Workdir(workdir)
+    self.runtime = runtime = distribute.Runtime(config, workdir)
+    self.strategy, self.num_replicas = runtime.strategy, runtime.num_replicas
+    self.is_chief, self.write_dir = runtime.is_chief, runtime.write_dir
+    self.cluster, self.multi_worker = runtime.cluster, runtime.multi_worker
+    self.task_slot = runtime.task_slot
+    try:
+      self._build(build_task)
+    except BaseException:
+      runtime.close()
+      raise
+    self.restored_from: Optional[str] = None  # Set by restore().
+    self._compile()
+
+  def _build(self, build_task) -> None:
+    """The task, optimiser, step and checkpoint, under the runtime's scope."""
+    config = self.config
     keras.utils.set_random_seed(config.seed)
-    policy = config.dtype_policy
-    distribute.check_dtype_policy(policy)
     self.devices = device_choices(config)
     if self.devices["warning"]:
       logging.warning(self.devices["warning"])
-    with distribute.dtype_policy(policy), self.strategy.scope():
-      self.task = build_task(config)
+    with self.runtime.scope():
+      self.task = tasks.as_task(build_task(config))
       self.variables = list(self.task.trainable_variables)
       if not self.variables:
         raise ValueError("The task has no trainable variables: everything is frozen "
@@ -206,32 +190,25 @@ class Trainer:
       # A task that restarts the optimiser periodically (continual learning: one per
       # task) gives the schedule's horizon; otherwise the whole run.
       self.optimizer = make_optimizer(
-          config.optim, getattr(self.task, "schedule_steps", None) or config.num_steps)
+          config.optim, self.task.schedule_steps or config.num_steps)
       if self.devices["loss_scaling"]:
         self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-      distribute.apply_reduced_gradients(self.optimizer)
+      self.runtime.prepare_optimizer(self.optimizer)
       self.optimizer.build(self.variables)
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self.loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
     self.checkpoint = tf.train.Checkpoint(step=self.step, optimizer=self.optimizer,
                                           **self.task.trackables())
-    self.write_dir = distribute.write_dir(workdir, self.strategy)
     self.manager = self._make_manager()
-    # The workers of a multi-worker run, and this process's slot among them (agree_stop).
-    self.cluster = distribute.cluster_tasks(self.strategy)
-    own = distribute.task_info(self.strategy)
-    self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
-    self.multi_worker = len(self.cluster) > 1 and isinstance(
-        self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    self._agree = tf.function(self._agree_fn)
-    self.restored_from: Optional[str] = None  # Set by restore().
+
+  def _compile(self) -> None:
+    """The step functions (traced at their first call)."""
     self.jit = self.devices["jit"]
     # BatchNorm -> ReLU -> max-pool blocks of meta-learners on one CPU kernel
     # (config.meta.fused_blocks); XLA cannot compile it, and GPUs have no kernel for it.
     self.fused_blocks = self.devices["fused_blocks"]
-    self.metric_names = list(getattr(self.task, "metric_names", ("loss", "accuracy")))
-    self.train_metric_names = list(getattr(self.task, "train_metric_names",
-                                           self.metric_names))
+    self.metric_names = list(self.task.metric_names)
+    self.train_metric_names = list(self.task.train_metric_names)
     self._train_steps = tf.function(self._train_steps_fn)
     # A task whose step changes form at known steps (MAML++'s derivative-order annealing:
     # first order, then second) names its phases (task.phase_boundaries(), task.phase_at
@@ -249,34 +226,13 @@ class Trainer:
 
   def _make_manager(self) -> tf.train.CheckpointManager:
     return tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(self.write_dir, "checkpoints"),
+        self.checkpoint, Workdir(self.write_dir).checkpoints,
         max_to_keep=self.config.checkpoint_keep if self.is_chief else 1)
 
-  def _agree_fn(self, flags):
-    def replica_fn(f):  # (A float tensor made on the replica's device: the collective
-      # all-reduce refuses an int32 constant placed nowhere.)
-      f = tf.cast(f, tf.float32)
-      return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, f)
-    summed = self.strategy.experimental_local_results(
-        self.strategy.run(replica_fn, args=(flags,)))[0]
-    return summed / (self.num_replicas // len(self.cluster))  # Per worker, not replica.
-
   def agree_stop(self, signum: Optional[int]) -> List[int]:
-    """Shares "a signal asked me to stop" with every worker (a collective: every worker
-    calls it at the same point of the loop, between chunks of steps).
-
-    Args:
-      signum: the signal this process received (``None``: none).
-
-    Returns:
-      One signal number per worker of :attr:`cluster` (0: none; one entry outside a
-      multi-worker run), the same list on every worker, so all stop at the same step.
-    """
-    if not self.multi_worker:
-      return [signum or 0]
-    flags = [0] * len(self.cluster)
-    flags[self.task_slot] = int(signum or 0)
-    return [int(round(float(v))) for v in self._agree(tf.constant(flags, tf.int32)).numpy()]
+    """:meth:`distribute.Runtime.agree_stop`: one signal number per worker (0: none), the
+    same list on every worker (a collective, called between chunks of steps)."""
+    return self.runtime.agree_stop(signum)
 
   def save(self, step: int) -> str:
     """Saves checkpoint ``ckpt-<step>`` (on every worker: it may need collectives).
@@ -310,14 +266,8 @@ class Trainer:
     # The step is never differentiated from outside its trace: the tapes in it are all
     # there are (lets first-order steps keep Keras' cheaper normalisation moments).
     with second_order.all_tapes_visible(), self._kernels():
-      if hasattr(self.task, "train_gradients"):  # The task takes its own gradients.
-        loss, sums, state, grads = self.task.train_gradients(
-            batch, self.config.batch_size, self.variables, scale_loss)
-      else:
-        with tf.GradientTape() as tape:
-          loss, sums, state = self.task.train_loss(batch, self.config.batch_size)
-          scaled = scale_loss(loss) if scale_loss is not None else loss
-        grads = tape.gradient(scaled, self.variables)
+      loss, sums, state, grads = self.task.train_gradients(
+          batch, self.config.batch_size, self.variables, scale_loss)
     missing = [getattr(v, "path", v.name) for g, v in zip(grads, self.variables) if g is None]
     if missing:
       raise ValueError(f"No gradient reaches {missing}: they do not affect the loss. Freeze "
@@ -399,7 +349,7 @@ class Trainer:
         over).
     """
     from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
-    folder = checkpoints.checkpoint_dir(self.workdir)
+    folder = self.paths.checkpoints
     self.restored_from = None
     candidates = checkpoints.restore_candidates(folder) if tf.io.gfile.isdir(folder) else []
     if self.is_chief:  # Partial saves of a run that died while saving (we hold the lock).
@@ -416,7 +366,7 @@ class Trainer:
           raise config_lib.ConfigError(
               f"The checkpoint {path} does not fit this config: the run that wrote it had "
               f"a different config (changed here: {', '.join(changed) or 'unknown'}). Rerun "
-              f"with that run's config (saved in {os.path.join(self.workdir, 'config.json')}"
+              f"with that run's config (saved in {self.paths.config}"
               f"), or train in a new --workdir. [{type(e).__name__}: {_first_line(e)}]"
           ) from e
         self.restored_from = path
@@ -435,8 +385,7 @@ class Trainer:
       if skipped:
         raise config_lib.ConfigError(
             f"No checkpoint in {folder} can be read ({', '.join(skipped)}: missing or "
-            f"unreadable; unreadable ones were moved to {folder}/"
-            f"{checkpoints.UNREADABLE_DIR}). Rerunning the same command starts over from "
+            f"unreadable; unreadable ones were moved to {self.paths.unreadable}). Rerunning the same command starts over from "
             "step 0; to keep this workdir as it is, train in a new --workdir.")
       return 0
     changed = config_changes(self.workdir, self.config)
@@ -483,7 +432,7 @@ class Trainer:
     step or -1): sums of several chunks add up to the sums over all their steps.
 
     A chunk that crosses one of the task's phase boundaries runs as one call per phase."""
-    boundaries = sorted(getattr(self.task, "phase_boundaries", lambda: ())())
+    boundaries = sorted(self.task.phase_boundaries())
     if not boundaries:
       totals, first_bad = self._train_steps(iterator, tf.constant(num_steps, tf.int64))
       return {k: (float(s), float(c)) for k, (s, c) in totals.items()}, int(first_bad)
@@ -513,42 +462,16 @@ class Trainer:
 
   def close(self) -> None:
     """Removes a non-chief worker's temporary checkpoint folder."""
-    distribute.remove_write_dir(self.write_dir, self.workdir)
+    self.runtime.close()
 
 
-# -- the outer loop (train_and_evaluate and its helpers) ---------------------------------
-def config_changes(workdir: str, config) -> list:
-  """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
-  config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
-  is saved)."""
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
-  path = os.path.join(workdir, "config.json")
-  if not tf.io.gfile.exists(path):
-    return []
-  with tf.io.gfile.GFile(path) as f:
-    saved = config_lib.flatten(ml_collections.ConfigDict(json.load(f)))
-  now = config_lib.flatten(ml_collections.ConfigDict(json.loads(config.to_json_best_effort())))
-  return [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-          if json.dumps(saved.get(k)) != json.dumps(now.get(k))]
 
-
+# -- train_and_evaluate -------------------------------------------------------------------
 def _first_line(error: BaseException, limit: int = 300) -> str:
   """The first line of an error's message (TensorFlow's carry a long node trace after it)."""
   text = str(getattr(error, "message", "") or error).strip()
   line = next((l.strip() for l in text.splitlines() if l.strip()), type(error).__name__)
   return line if len(line) <= limit else line[:limit] + "..."
-
-
-def signal_name(signum: int) -> str:
-  import signal  # pylint: disable=g-import-not-at-top
-  try:
-    return signal.Signals(signum).name
-  except ValueError:
-    return f"signal {signum}"
-
-
-def _next_event(step: int, every: int, end: int) -> int:
-  return min(end, (step // every + 1) * every) if every > 0 else end
 
 
 def _check_before_building(config) -> None:
@@ -579,106 +502,6 @@ def _check_before_building(config) -> None:
   else:
     return
   config_lib.check_target_patterns(config, target)
-
-
-def _describe_nonfinite(name: str, value) -> Optional[str]:
-  value = tf.convert_to_tensor(value)
-  if not value.dtype.is_floating:
-    return None
-  bad = tf.logical_not(tf.math.is_finite(value))
-  count = int(tf.reduce_sum(tf.cast(bad, tf.int64)))
-  if not count:
-    return None
-  nans = int(tf.reduce_sum(tf.cast(tf.math.is_nan(value), tf.int64)))
-  return (f"{name} ({count} of {int(tf.size(value))} values non-finite: {nans} NaN, "
-          f"{count - nans} inf)")
-
-
-def first_nonfinite_tensor(trainer: Trainer, step: int) -> str:
-  """Names the first non-finite tensor of training step ``step`` (1-based).
-
-  Recomputes step ``step`` eagerly on the trainer's *current* parameters (which must be
-  those before that step, see :func:`_replay_to`) and its training batch (index
-  ``step - 1`` of the step-indexed pipeline), checking in computation order: the input
-  batch, the trainable parameters, the generated target weights, the loss, then the
-  gradient of each trainable variable. Nothing is written (the forward pass's new state
-  is discarded).
-
-  Returns:
-    e.g. ``"generated weight conv2/kernel (18432 of 18432 values non-finite: ...)"``, or
-    a sentence saying the step was finite on replay (non-deterministic kernels).
-  """
-  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
-  config = trainer.config
-  batch = next(iter(trainer.task.train_dataset(config.batch_size, config.seed, step - 1).take(1)))
-  with trainer.strategy.scope():
-    for key, value in batch.items():
-      found = _describe_nonfinite(f"input batch[{key!r}]", value)
-      if found:
-        return found
-    for v in trainer.variables:
-      found = _describe_nonfinite(f"parameter {summaries.variable_name(v)}", v)
-      if found:
-        return found
-    for path, value in summaries.target_weights(trainer.task).items():
-      found = _describe_nonfinite(f"target weight {path}", value)
-      if found:
-        return found.replace("target weight", "generated weight", 1) \
-            if path in summaries.generated_paths(trainer.task) else found
-    loss, grads = summaries.loss_and_gradients(trainer.task, trainer.variables, batch,
-                                               config.batch_size, trainer.strategy)
-    found = _describe_nonfinite("loss", loss)
-    if found:
-      return found
-    for g, v in zip(grads, trainer.variables):
-      name = f"gradient of {summaries.variable_name(v)}"
-      found = _describe_nonfinite(name, g) if g is not None else None
-      if found:
-        return found
-  return ("none: the step was finite when replayed from the last checkpoint (non-"
-          "deterministic kernels?); enable config.deterministic to reproduce it")
-
-
-def _replay_to(trainer: Trainer, step: int) -> int:
-  """Restores the latest checkpoint and replays the steps after it up to ``step``.
-
-  Returns:
-    -1 when the parameters are now those after ``step``; else the first non-finite step
-    met while replaying (the replay stops before it, as the original run did).
-  """
-  start = trainer.restore(replay=True)
-  if start > step:
-    raise RuntimeError(f"The latest checkpoint (step {start}) is past step {step}.")
-  if step > start:
-    _, bad = trainer.train_chunk(trainer.train_iterator(start), step - start)
-    if bad >= 0:
-      return bad
-    trainer.step.assign(step)
-  return -1
-
-
-def _counts_text(counts: Dict[str, float]) -> str:
-  """The parameter counts as a markdown table (TensorBoard's Text tab)."""
-  rows = [f"| {k} | {v:,.4g} |" if isinstance(v, float) else f"| {k} | {v:,} |"
-          for k, v in counts.items()]
-  return "\n".join(["| parameters | count |", "|---|---:|"] + rows)
-
-
-def _metrics_text(step: int, metrics: Dict[str, float]) -> str:
-  """The final evaluation metrics as a markdown table."""
-  rows = [f"| {k} | {100 * v:.2f}% |" if "accuracy" in k and "ci95" not in k
-          else f"| {k} | {v:.6g} |" for k, v in metrics.items()]
-  return "\n".join([f"| metric (step {step}) | value |", "|---|---:|"] + rows)
-
-
-def finished_result(workdir: str, step: int) -> Optional[Dict]:
-  """``workdir/final_metrics.json`` if it records a run that ended at ``step``."""
-  path = os.path.join(workdir, "final_metrics.json")
-  if not tf.io.gfile.exists(path):
-    return None
-  with tf.io.gfile.GFile(path) as f:
-    saved = json.load(f)
-  return saved if saved.get("step") == step else None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -785,7 +608,7 @@ def _raise_one_line(error: BaseException, config, workdir: str) -> None:
                             "Connection reset by peer", "Connection refused", "Deadline Exceeded",
                             "preempted/died/restarted", "failed to connect") if c in text),
                type(error).__name__)
-  latest = tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir))
+  latest = tf.train.latest_checkpoint(Workdir(workdir).checkpoints)
   resume = (f"it resumes from {latest} (step {latest.rsplit('-', 1)[-1]})" if latest
             else "it starts over from step 0 (no checkpoint yet)")
   message = (f"Lost {who} ({cause}); this {own[0]} {own[1]} stops too. Rerun the same "
@@ -799,242 +622,7 @@ def _train_and_evaluate_locked(config, workdir: str, signals) -> Dict[str, float
   tf.io.gfile.makedirs(workdir)
   trainer = Trainer(config, workdir)
   try:
-    return _outer_loop(config, workdir, trainer, signals)
+    return actions.run(config, workdir, trainer, signals)
   finally:
     trainer.close()
 
-
-# Tags of the train run's scalars besides the task's metrics: grouped so that TensorBoard
-# (which sorts and groups tags by their first path component, and expands the first two
-# groups) opens on the metrics (accuracy, loss); see summaries.py.
-TRAIN_TAGS = {"learning_rate": "optimizer/learning_rate", "grad_norm": "optimizer/grad_norm",
-              "steps_per_sec": "speed/steps_per_sec",
-              "examples_per_sec": "speed/examples_per_sec"}
-
-
-def train_tags(metrics: Dict[str, float]) -> Dict[str, float]:
-  """The train run's TensorBoard tags for a progress point's values (:data:`TRAIN_TAGS`)."""
-  return {TRAIN_TAGS.get(k, k): v for k, v in metrics.items()}
-
-
-def console_interval(config) -> int:
-  """Steps between progress lines on the console: ``config.console_every``, or when it is
-  0 about ten lines a run (at most), a multiple of ``config.log_every`` (TensorBoard
-  still gets a point every ``log_every`` steps) and, when evaluations are more frequent
-  than that, of ``config.eval_every``, so that every line shows the evaluation of its
-  step."""
-  if config.get("console_every"):
-    return int(config.console_every)
-  unit = config.log_every
-  if 0 < config.eval_every <= config.num_steps / 10:
-    unit = math.lcm(unit, config.eval_every)
-  return unit * max(1, math.ceil(config.num_steps / (10 * unit)))
-
-
-def _outer_loop(config, workdir: str, trainer: Trainer, signals) -> Dict[str, float]:
-  """Runs chunks of steps to ``config.num_steps`` with events between them."""
-  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
-  t0 = time.time()
-  is_chief = trainer.is_chief
-  writer = summaries.Writer(workdir, enabled=is_chief)
-  start = trainer.restore()
-  resumed = trainer.restored_from is not None
-  total = config.num_steps
-  if start >= total:
-    saved = finished_result(workdir, start)
-    if saved is not None:  # A finished run: report it, rewrite nothing.
-      logging.info("The run in %s finished at step %d; its saved metrics follow (a larger "
-                   "--config.num_steps continues it).", workdir, start)
-      return saved
-  if resumed:
-    # Points the interrupted run logged after the restored step are dropped; a run resumed
-    # from its step-0 checkpoint starts over and rewrites step 0.
-    writer.restart(start + 1 if start else 0)
-  counts = trainer.task.describe() if hasattr(trainer.task, "describe") else {}
-  if start == 0:
-    writer.config(config)
-    writer.text(0, {"parameters": _counts_text(counts)}, "train")
-    if config.summaries.hparams:
-      writer.hparams(config, trainer.metric_names,
-                     {f"params.{k}": v for k, v in counts.items()})
-    # A step-0 checkpoint: a non-finite step before the first save can then be replayed.
-    trainer.save(0)
-  writer.flush()
-  logging.info("Parameters: %s", ", ".join(
-      f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v:,}" for k, v in counts.items()))
-  if is_chief:
-    # config.json describes the run that started in this workdir; a resumed run with a
-    # changed config records it beside it instead of overwriting it.
-    name = "config.json"
-    if start and tf.io.gfile.exists(os.path.join(workdir, name)):
-      name = f"config_resumed_at_{start}.json" if config_changes(workdir, config) else None
-    if name:
-      with tf.io.gfile.GFile(os.path.join(workdir, name), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
-  model_summaries = summaries.ModelSummaries(trainer.task, trainer.variables, config,
-                                             trainer.strategy) \
-      if config.summaries.every and is_chief else None
-  profiler = summaries.Profiler(os.path.join(workdir, "train"), config.summaries.profile_start,
-                                config.summaries.profile_steps, enabled=is_chief)
-
-  iterator = trainer.train_iterator(start)
-  step = start
-  eval_metrics: Dict[str, float] = {}
-  eval_history: List[Dict[str, float]] = []  # This process's evaluations, in step order.
-  # Tracing the step functions (the model summaries, the evaluation, the first chunk)
-  # takes seconds each: said before each, so the console is never silent for long.
-  if step == 0 and total > 0 and (model_summaries or config.eval_every > 0):
-    logging.info("Compiling the %s and %s step 0 ...",
-                 "summaries" if model_summaries else "evaluation",
-                 "evaluating" if config.eval_every > 0 else "writing")
-    if model_summaries:  # (A resumed run wrote these before it stopped.)
-      model_summaries.write(writer, step)
-    if config.eval_every > 0:
-      eval_history.append(trainer.evaluate())
-      writer.scalars(0, eval_history[-1], "eval")
-  logging.info("Compiling the train step ...")
-  compile_t = time.time()
-  last_t, last_step = time.time(), step
-  # Rates and the ETA use steady-state steps: the first chunk of a process (one step)
-  # carries the tracing of the step function, so their clocks start after it.
-  steady_t, steady_step = None, None
-  console_every = console_interval(config)
-  console_t, console_step = last_t, step
-  skipped: List[int] = []
-  saved_step = start  # Restored, or the step-0 save: the same on every worker.
-  pending: Dict[str, Tuple[float, float]] = {}  # Metric sums since the last log point.
-  stop_signals: List[int] = []
-  while step < total:
-    # Every worker stops at the same chunk boundary when any of them got a signal.
-    stop_signals = trainer.agree_stop(signals.received)
-    if any(stop_signals):
-      break
-    profiler.update(step)
-    stop = min([_next_event(step, every, total) for every in (
-        config.log_every, config.eval_every, config.checkpoint_every, config.summaries.every,
-        getattr(trainer.task, "event_every", 0))]
-               + [b for b in profiler.boundaries() if b > step]
-               + ([step + 1] if steady_t is None else []))
-    sums, first_bad = trainer.train_chunk_sums(iterator, stop - step)
-    if first_bad >= 0:
-      while True:  # Back to the parameters before the bad step.
-        replayed_bad = _replay_to(trainer, first_bad - 1)
-        if replayed_bad < 0:
-          break
-        first_bad = replayed_bad
-      culprit = first_nonfinite_tensor(trainer, first_bad)
-      if config.fault.nonfinite == "skip" and len(skipped) < config.fault.max_skips:
-        skipped.append(first_bad)
-        logging.warning("Non-finite loss or gradient at step %d (first non-finite tensor: "
-                        "%s); skipped that step (%d skipped so far).", first_bad, culprit,
-                        len(skipped))
-        writer.scalars(first_bad, {"skipped_steps": len(skipped)}, "train")
-        trainer.step.assign(first_bad)
-        trainer.save(first_bad)
-        iterator = trainer.train_iterator(first_bad)
-        step = last_step = saved_step = first_bad
-        pending = {}
-        last_t = time.time()
-        continue
-      profiler.close()
-      writer.flush()
-      more = (f" after skipping {len(skipped)} steps {skipped} (config.fault.max_skips="
-              f"{config.fault.max_skips})") if skipped else ""
-      raise NonFiniteLossError(
-          f"Non-finite loss or gradient at step {first_bad}{more}; the first non-finite "
-          f"tensor is {culprit}. Stopped before saving that step: the last good checkpoint "
-          f"({trainer.manager.latest_checkpoint}) is kept. Lower config.optim.lr, set "
-          "config.optim.grad_clip_norm, or set config.fault.nonfinite='skip' to skip such "
-          "steps.")
-    trainer.step.assign(stop)
-    step = stop
-    # A log point averages every step since the previous one (the one-step first chunk
-    # of a process included).
-    pending = {k: (pending.get(k, (0.0, 0.0))[0] + v[0], pending.get(k, (0.0, 0.0))[1] + v[1])
-               for k, v in sums.items()}
-    now = time.time()
-    if steady_t is None:  # The first chunk (one step) traced the step: not timed.
-      steady_t, steady_step = now, step
-      last_t, last_step = console_t, console_step = now, step
-      logging.info("Compiled in %.1f s; training (a line every %d steps) ...",
-                   now - compile_t, console_every)
-    logged = step % config.log_every == 0 or step == total
-    if logged:
-      rate = (step - last_step) / max(now - last_t, 1e-9) if step > last_step else 0.0
-      metrics = objectives.finalize(pending)
-      pending = {}
-      metrics.update(learning_rate=trainer.learning_rate(), steps_per_sec=rate,
-                     examples_per_sec=rate * config.batch_size)
-      writer.scalars(step, train_tags(metrics), "train")
-      last_t, last_step = now, step
-    if model_summaries and step % config.summaries.every == 0:
-      model_summaries.write(writer, step)
-    # Task events (continual: the end of a task) before this step's evaluation, so that
-    # it sees the state they leave (the final CL3 evaluation chooses among every task).
-    if hasattr(trainer.task, "on_event"):
-      trainer.task.on_event(trainer, step, writer)
-    evaluated = (config.eval_every > 0 and step % config.eval_every == 0) or step == total
-    if evaluated:
-      eval_metrics = trainer.evaluate()
-      eval_history.append(eval_metrics)
-      writer.scalars(step, eval_metrics, "eval")
-    if logged and (step % console_every == 0 or step == total):
-      # One console line per console_every steps: the last log_every steps' training
-      # metrics, the evaluation of this step if there was one, the rate since the last
-      # line (steady state) and the ETA.
-      rate = (step - console_step) / max(now - console_t, 1e-9) if step > console_step \
-          else 0.0
-      eta = (f"ETA {console.format_duration((total - step) * (now - steady_t) / (step - steady_step))}"
-             if step > steady_step else "ETA after the next line")
-      shown = "  ".join(f"{k} {metrics[k]:.4f}" for k in trainer.metric_names
-                        if k in metrics and math.isfinite(metrics[k]))
-      also = f"  | eval {console.format_metrics(eval_metrics)} |" if evaluated else ""
-      logging.info("step %d/%d  %s%s  %s  %s", step, total, shown, also,
-                   console.format_rate(rate), eta)
-      console_t, console_step = now, step
-    elif evaluated and config.eval_every >= console_every:
-      logging.info("eval at step %d: %s", step, console.format_metrics(eval_metrics))
-    if step % config.checkpoint_every == 0 or step == total:
-      trainer.save(step)
-      saved_step = step
-  profiler.update(step)
-  profiler.close()
-  if any(stop_signals) and step < total:  # (A signal in the last chunk: the run finishes.)
-    if saved_step != step:
-      trainer.save(step)
-    writer.flush()
-    path = os.path.join(workdir, "checkpoints", f"ckpt-{step}")  # The chief's.
-    signum = signals.received or next(s for s in stop_signals if s)
-    who = ""
-    if trainer.multi_worker:
-      senders = [distribute.task_name(t) for t, s in zip(trainer.cluster, stop_signals) if s]
-      who = f" (sent to {', '.join(senders)})"
-    every = " on every worker" if trainer.multi_worker else ""
-    message = (f"Stopped by {signal_name(signum)}{who} at step {step}; saved checkpoint "
-               f"{path}. Rerun the same command{every} to resume.")
-    logging.warning("%s", message)
-    return {"step": step, "interrupted_by_signal": signum, "stop_message": message,
-            "checkpoint": path}
-  if not eval_metrics:  # A finished run without saved metrics: evaluate the restored one.
-    eval_metrics = trainer.evaluate()
-  result = dict(eval_metrics)
-  result.update(step=step, start_step=start, wall_time_sec=time.time() - t0,
-                **{f"params/{k}": v for k, v in counts.items()})
-  result["skipped_steps"] = skipped
-  if hasattr(trainer.task, "final_metrics"):
-    result.update(trainer.task.final_metrics())
-  writer.text(step, {"final_metrics": _metrics_text(step, eval_metrics)}, "eval")
-  writer.flush()
-  if is_chief:
-    # How TensorBoard's default smoothing draws the eval curves: from this process's
-    # evaluations for a fresh run, from the event files for a resumed one.
-    note = summaries.series_smoothing_note(
-        {k: [m[k] for m in eval_history if k in m] for k in trainer.metric_names},
-        trainer.metric_names) if start == 0 else \
-        summaries.smoothing_note(os.path.join(workdir, "eval"), trainer.metric_names)
-    if note:
-      logging.warning(note)
-  if is_chief:
-    with tf.io.gfile.GFile(os.path.join(workdir, "final_metrics.json"), "w") as f:
-      json.dump(result, f, indent=2)
-  return result

@@ -73,7 +73,7 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import models, sources
+from hypernet.training import models, sources, task_protocol
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,
@@ -384,7 +384,7 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
 
 
-class MetaLearningTask:
+class MetaLearningTask(task_protocol.Task):
   """Meta-learning (few-shot classification or sinusoid regression) for the train loop.
 
   Batches (leading axis: the replica's ``t`` tasks): few-shot ``support_x`` float32

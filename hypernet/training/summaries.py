@@ -1,41 +1,8 @@
-"""TensorBoard summaries under the workdir.
-
-Runs (sub-folders of the workdir, as TensorBoard shows them; nothing is written in the
-workdir itself, so there is no run named ``.``):
-
-* ``train/`` -- scalars every ``config.log_every`` steps (the task's metrics such as
-  ``loss`` and ``accuracy``; ``optimizer/learning_rate``, ``optimizer/grad_norm``,
-  ``speed/steps_per_sec``, ``speed/examples_per_sec``), the config (the fields the run
-  uses) and the parameter counts as text, and every ``config.summaries.every`` steps the
-  *model summaries* of :class:`ModelSummaries` under ``weights/``: histograms of each
-  generated weight tensor and of the chunk/condition embeddings, conv kernels drawn as
-  filter grids, per-tensor norms of the generated weights, of the gradients and of the
-  updates; an optional profiler trace (``plugins/profile``);
-* ``eval/`` -- evaluation metrics (at step 0, every ``eval_every`` steps and at the
-  end), the final metrics as a text table, and the hparams plugin's session: the fields
-  the run uses (:func:`hypernet.training.config_lib.hparams`) and the parameter counts as
-  hyperparameters, the eval metrics as metric columns. The session lives in the run that
-  holds its metrics, so the HParams table is filled both with ``tensorboard
-  --logdir=WORKDIR`` and with ``--logdir=PARENT`` (TensorBoard looks metrics up in the
-  session's run folder).
-
-Tag names put the metrics first: TensorBoard groups tags by their first path component,
-sorts the groups by name and expands the first two, so every other tag lives in a group
-that sorts after ``loss`` (``optimizer/``, ``speed/``, ``weights/``) and the landing view
-shows the ``accuracy`` and ``loss`` cards (train and eval runs in one card each).
-:func:`smoothed` is TensorBoard's default smoothing of a series, for checking that the
-default view shows a run's final values (the loop warns when it would not).
-
-A resumed run first writes a *restart marker* (``SessionLog.START`` events, in a small
-events file of their own) into each run that already has events: TensorBoard then drops
-the points the interrupted run logged after the restored checkpoint, so every step
-appears once (:func:`read_scalars` applies the same rule).
-
-Model summaries run in their own ``tf.function`` at the summary interval, on the
-training batch of the next step (read from the step-indexed pipeline, not taken from
-the training iterator), and discard the state the forward pass returns: they neither
-slow the training step nor change what training computes (a test checks that runs with
-and without them end bitwise equal).
+"""TensorBoard summaries under the workdir: the :class:`Writer` of the ``train/`` and
+``eval/`` runs (scalars, histograms, images, text, hparams, restart markers), the
+:class:`ModelSummaries` of the weights a source generates, the :class:`Profiler`, and
+reading runs back (:func:`read_scalars`, :func:`smoothed`). What is written where and
+when: docs/observability.md.
 """
 from __future__ import annotations
 
@@ -47,6 +14,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from absl import logging
 import numpy as np
 import tensorflow as tf
+
+from hypernet.training.workdir import Workdir
 
 
 class Writer:
@@ -61,11 +30,11 @@ class Writer:
     self.enabled = enabled
     self._writers = {}
     self._workdir = workdir
+    self._paths = Workdir(workdir)
 
   def _writer(self, split: str):
     if split not in self._writers:
-      self._writers[split] = tf.summary.create_file_writer(
-          os.path.join(self._workdir, split) if split else self._workdir)
+      self._writers[split] = tf.summary.create_file_writer(self._paths.run(split))
     return self._writers[split]
 
   def scalars(self, step: int, values: Mapping[str, float], split: str = "train") -> None:
@@ -165,7 +134,7 @@ class Writer:
     from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
     written = []
     for split in splits:
-      folder = os.path.join(self._workdir, split)
+      folder = self._paths.run(split)
       if split in self._writers or not tf.io.gfile.glob(
           os.path.join(folder, "events.out.tfevents.*")):
         continue
@@ -190,32 +159,15 @@ class Writer:
 
 # -- what the target network runs on ---------------------------------------------------
 def target_weights(task) -> Dict[str, tf.Tensor]:
-  """The weights the target network runs on, ``{path: tensor}``.
-
-  A task may define ``summary_weights() -> {path: tensor}`` to choose; otherwise, for a
-  task with a weight ``source`` and a ``target`` (:mod:`hypernet.training.tasks`), the source's
-  generated weights (all conditions of a conditional hypernetwork, with a leading axis)
-  and the target's own trainable variables for the other paths. Empty when the task
-  exposes neither.
-  """
-  if hasattr(task, "summary_weights"):
-    return dict(task.summary_weights())
-  source, target = getattr(task, "source", None), getattr(task, "target", None)
-  if source is None or target is None:
-    return {}
-  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  hnet = getattr(source, "hypernetwork", None)
-  num_conditions = int(getattr(hnet, "num_conditions", 0) or 0)
-  generated = dict(source.weights(tf.range(num_conditions) if num_conditions else None))
-  return {path: generated[path] if path in generated else tf.convert_to_tensor(variable)
-          for path, variable in functional.variable_paths(target, trainable=True).items()}
+  """The weights the target network runs on, ``{path: tensor}``
+  (:meth:`hypernet.training.tasks.Task.summary_weights`)."""
+  return dict(task.summary_weights())
 
 
 def generated_paths(task) -> List[str]:
-  """The target paths a task's weight source generates (all, with ``summary_weights``)."""
-  if hasattr(task, "summary_weights"):
-    return list(task.summary_weights())
-  return list(getattr(getattr(task, "source", None), "generated_paths", []) or [])
+  """The target paths a task's weight source generates
+  (:meth:`hypernet.training.tasks.Task.generated_paths`)."""
+  return list(task.generated_paths())
 
 
 def loss_and_gradients(task, variables: Sequence, batch, global_batch_size: int,

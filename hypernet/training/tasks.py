@@ -1,31 +1,10 @@
 """Tasks: what the one train loop trains, built from the config.
 
 A task bundles a weight source (identity, hypernetwork, meta-learner), the target
-network, an objective and the data. The train loop in :mod:`hypernet.training.loop` only
-talks to this interface, so no algorithm needs a train loop of its own:
-
-* ``trainable_variables`` -- what the outer optimiser updates;
-* ``trackables()`` -- what a checkpoint holds (besides step and optimiser);
-* ``train_dataset(global_batch_size, seed, start_step, input_context)`` /
-  ``eval_dataset(global_batch_size, input_context)`` -- ``tf.data`` pipelines;
-* ``train_loss(batch, global_batch_size)`` -> ``(loss, metric_sums, state)`` where
-  ``loss`` is this replica's share of the global mean loss (scaled by the global batch
-  size, ``tf.nn.compute_average_loss``) and ``state`` is the new non-trainable state;
-* optionally ``train_gradients(batch, global_batch_size, variables, scale_loss)`` ->
-  ``(loss, metric_sums, state, grads)``: a task that takes its gradients itself (meta-
-  learning accumulates them task by task); ``scale_loss`` is ``None`` or the loss
-  scaling of mixed precision, applied to what is differentiated. Without it the loop
-  differentiates ``train_loss`` under one tape;
-* ``metric_names`` (and optionally ``train_metric_names``, default the same): the metric
-  sums' names in evaluation (and training);
-* ``eval_sums(batch)`` -> metric sums ``{name: (sum, count)}``;
-* ``apply_state(state)`` -- writes non-trainable state (BatchNorm statistics).
-
-``train_loss`` / ``train_gradients`` and ``eval_sums`` are traced into the loop's
-``tf.function`` as written, without AutoGraph (converting every function a
-meta-learning step calls took most of its set-up time): a task branches or loops on
-tensors with ``tf.cond`` / ``tf.while_loop``, as the project's tasks do; Python ``if`` and
-``for`` are for static values.
+network, an objective and the data; each is a
+:class:`~hypernet.training.task_protocol.Task` (re-exported here), the only interface
+the loop (:mod:`hypernet.training.loop`) talks to. :func:`build_task` builds the one
+``config.task`` names.
 """
 from __future__ import annotations
 
@@ -36,10 +15,12 @@ import tensorflow as tf
 from hypernet import data as data_lib
 from hypernet.core import functional
 from hypernet.training import models, objectives, sources
+from hypernet.training.task_protocol import (  # pylint: disable=unused-import
+    TASK_INTERFACE, Task, TaskAdapter, as_task, missing_members)
 from hypernet.data import pipeline
 
 
-class ClassificationTask:
+class ClassificationTask(Task):
   """Image classification with any weight source (plain or hypernetwork).
 
   Batches are ``{"image": float32 [B, H, W, C], "label": int32 [B]}`` (eval batches add
@@ -222,31 +203,27 @@ def add_regularization(loss, losses, sums):
   return loss + tf.cast(tf.nn.scale_regularization_loss(penalty), loss.dtype)
 
 
-# The task interface a plug-in task (config.task = "package.module:Class") implements.
-TASK_INTERFACE = ("trainable_variables", "trackables", "train_dataset", "eval_dataset",
-                  "eval_sums", "apply_state")
-
-
-def build_plugin_task(config):
+def build_plugin_task(config) -> Task:
   """``config.task = "package.module:Class"``: ``Class(config)``, checked against the task
-  interface (module doc: ``train_loss`` or ``train_gradients``, and
-  :data:`TASK_INTERFACE`).
+  interface (:class:`Task`; a class with another base is wrapped, :func:`as_task`).
 
   Raises:
-    ValueError (PluginError): the import fails, or the object lacks part of the interface
+    ValueError (PluginError): the import fails, or the class lacks part of the interface
       (lists what is missing), naming ``config.task``.
   """
   from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
   cls = plugins.load_object(config.task, "config.task")
-  task = cls(config)
-  missing = [name for name in TASK_INTERFACE if not hasattr(task, name)]
-  if not (hasattr(task, "train_loss") or hasattr(task, "train_gradients")):
-    missing.append("train_loss (or train_gradients)")
+  subclass = isinstance(cls, type) and issubclass(cls, Task)
+  task = None if subclass else cls(config)
+  missing = missing_members(cls if subclass else task)
   if missing:
     raise plugins.PluginError(
-        f"config.task={config.task!r}: {type(task).__name__} lacks {missing} of the task "
-        "interface (hypernet/training/tasks.py; docs/keras.md, 'Plug-ins').")
-  return task
+        f"config.task={config.task!r}: {cls.__name__ if subclass else type(task).__name__} "
+        f"lacks {missing} of the task interface (hypernet/training/tasks.py; docs/keras.md, "
+        "'Plug-ins').")
+  if subclass:
+    task = cls(config)
+  return as_task(task)
 
 
 def build_task(config):
