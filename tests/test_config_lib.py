@@ -150,7 +150,8 @@ def test_config_round_trips_through_the_workdir_json():
 
 
 def test_choices_agree_with_the_modules_that_use_them():
-  from hypernet.training import distribute, sources
+  from hypernet.training import distribute
+  from hypernet.hypernetworks import source as sources
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
   from hypernet.training import meta_tasks

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT
 from hypernet.core import functional, ops
-from hypernet.training import models, sources
+from hypernet.training import models
+from hypernet.hypernetworks import source as sources
 from hypernet.hypernetworks import base, init as hinit
 from hypernet.hypernetworks.batched import batched_functional_call
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork

@@ -35,7 +35,8 @@ import tensorflow as tf
 
 from hypernet import data as data_lib
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources
+from hypernet.hypernetworks import source as sources
+from hypernet.training import models, objectives
 from hypernet.data import pipeline
 
 

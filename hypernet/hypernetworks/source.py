@@ -1,14 +1,8 @@
-"""Weight sources: what produces the target network's weights for a forward pass.
+"""Hypernetworks as weight sources: :class:`HypernetworkSource` and the builders from a
+config group (``config.hypernet``).
 
-A weight source maps its own trainable parameters (plus an optional context, e.g. a
-task id) to ``{path: tensor}`` for some of the target network's weights; the target runs
-on them through :func:`hypernet.core.functional.functional_call`. Target weights the source
-does not produce are read from the target's own variables, and are trained directly
-unless frozen.
-
-* :class:`IdentitySource` -- plain training: the target's own variables.
-* :class:`HypernetworkSource` -- a hypernetwork (MLP, chunked, Ha et al. static; any of
-  them conditional) generates the selected weights, optionally quantised.
+:class:`HypernetworkSource` implements :class:`hypernet.core.source.WeightSource` over
+any hypernetwork kind, optionally quantising the generated weights.
 """
 from __future__ import annotations
 
@@ -16,71 +10,10 @@ import fnmatch
 from typing import Dict, List, Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from hypernet.core import functional, ops
-
-
-class WeightSource:
-  """Base class. Subclasses set ``generated_paths`` and implement :meth:`weights`.
-
-  Attributes:
-    target: the target network (a built Keras model).
-    generated_paths: target paths this source produces.
-    train_rest: whether target weights not produced here are trained directly.
-  """
-
-  def __init__(self, target: keras.Model, train_rest: bool = True):
-    self.target = target
-    self.train_rest = train_rest
-    self.generated_paths: List[str] = []
-
-  def weights(self, context=None) -> Dict[str, tf.Tensor]:
-    """Returns ``{path: tensor}`` for the target (may be empty: use its variables)."""
-    return {}
-
-  @property
-  def own_variables(self) -> List[tf.Variable]:
-    """The source's own trainable parameters (empty for the identity)."""
-    return []
-
-  @property
-  def direct_target_variables(self) -> List[tf.Variable]:
-    """Target variables trained directly (not generated, not frozen)."""
-    if not self.train_rest:
-      return []
-    return [v for p, v in functional.variable_paths(self.target, trainable=True).items()
-            if p not in self.generated_paths]
-
-  @property
-  def trainable_variables(self) -> List[tf.Variable]:
-    return list(self.own_variables) + self.direct_target_variables
-
-  def trackables(self) -> Dict[str, object]:
-    """Objects to checkpoint, by name.
-
-    ``target_state`` lists the target's non-trainable variables explicitly: Keras 3 seed
-    generators (dropout RNG state) are not tracked by ``tf.train.Checkpoint`` through the
-    model, and a resumed run must continue their random stream.
-    """
-    return {"target": self.target, "target_state": list(self.target.non_trainable_variables)}
-
-  def parameter_counts(self) -> Dict[str, int]:
-    """``trainable`` (optimised scalars), ``generated`` (scalars this source produces),
-    ``target`` (all trainable target scalars), ``source`` (the source's own scalars)."""
-    count = lambda vs: int(sum(np.prod(v.shape) for v in vs))
-    target_vars = functional.variable_paths(self.target, trainable=True)
-    return {
-        "trainable": count(self.trainable_variables),
-        "source": count(self.own_variables),
-        "generated": count([target_vars[p] for p in self.generated_paths]),
-        "target": count(target_vars.values()),
-    }
-
-
-class IdentitySource(WeightSource):
-  """Plain training: the target network runs on (and trains) its own variables."""
+from hypernet.core.source import IdentitySource, WeightSource
 
 
 class HypernetworkSource(WeightSource):
