@@ -1,10 +1,13 @@
 """Registries: name -> class, one per family of components, filled by a decorator."""
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
+import os
 import pkgutil
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 from hypernet.core import plugins
 
@@ -23,6 +26,14 @@ class Registry:
   built-in is one file in that package. A user's own class is named
   ``"package.module:Class"`` wherever a registered name is accepted, or passed as the
   class itself.
+
+  *Config fields*: an entry's constructor keyword arguments are the fields of its config
+  group, by their own names (:meth:`config_fields`), except those the class lists in a
+  class attribute ``config_exclude`` (arguments that do not come from a config: a target
+  spec, a seed, a dtype, a name). :meth:`declared` reads the same fields from the source
+  files with :mod:`ast`, without importing anything (the command line validates configs
+  before TensorFlow is imported); every such argument needs a literal default (or none,
+  when the config must give it).
 
   Args:
     family: what the entries are, for messages (``"hypernetwork kind"``).
@@ -148,3 +159,145 @@ class Registry:
           f"{self.field}={spec!r}: {cls.__name__} needs {missing}; add "
           + ", ".join(f"{group_name}.{k}" for k in missing) + " to the config.")
     return cls(**kwargs)
+
+  def config_fields(self, spec) -> Dict[str, Any]:
+    """:meth:`fields` without the class's ``config_exclude``: the config group's fields the
+    constructor reads (``inspect.Parameter.empty`` where required)."""
+    exclude = set(getattr(self.get(spec), "config_exclude", ()))
+    return {k: v for k, v in self.fields(spec).items() if k not in exclude}
+
+  # -- the TensorFlow-free side: the same fields, read from the source files ---------------
+  def declared(self) -> Dict[str, Dict[str, Any]]:
+    """``{name: {field: default}}`` of the built-ins, read from ``package``'s source with
+    :mod:`ast` (nothing is imported): the classes decorated ``@<anything>.register(name)``
+    and their :meth:`config_fields` (``inspect.Parameter.empty`` where required).
+
+    Raises:
+      ValueError: a config argument whose default is not a literal (names the class and
+        the argument; give it a literal default or list it in ``config_exclude``).
+    """
+    if not hasattr(self, "_declared"):
+      classes, registered = _package_classes(self.package)
+      self._declared = {name: _declared_fields(classes[cls], classes)
+                        for name, cls in sorted(registered.items())}
+    return self._declared
+
+  def declared_names(self) -> Tuple[str, ...]:
+    """:meth:`names` read from the source (TensorFlow-free), sorted."""
+    return tuple(self.declared())
+
+  def declared_fields(self, spec: str) -> Dict[str, Any]:
+    """The config fields of ``spec`` (a registered name or ``"package.module:Class"``),
+    read from source without importing it (see :meth:`declared`); a plug-in's class may
+    subclass a class of ``package`` (whose fields it inherits through ``**kwargs``).
+
+    Raises:
+      plugins.PluginError: an unknown name, a plug-in module that cannot be found, or no
+        class of that name in it; each one line naming :attr:`field`.
+    """
+    if not plugins.is_plugin(spec):
+      known = self.declared()
+      if spec not in known:
+        raise plugins.PluginError(
+            f"{self.field}={spec!r} is not a known {self.family}; known: {list(known)}, or "
+            "your own class as 'package.module:Class'.")
+      return known[spec]
+    module_name, _, class_name = str(spec).partition(":")
+    try:
+      found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+      found = None
+    if found is None or not found.origin or not found.origin.endswith(".py"):
+      raise plugins.PluginError(
+          f"{self.field}={spec!r}: no module {module_name!r} on the path; put it on "
+          "PYTHONPATH or install it.")
+    classes, _ = _package_classes(self.package)
+    own = _module_classes(found.origin)
+    if class_name not in own:
+      raise plugins.PluginError(f"{self.field}={spec!r}: module {module_name!r} defines no "
+                                f"class {class_name!r}.")
+    return _declared_fields(own[class_name], {**classes, **own})
+
+
+def _package_classes(package: str):
+  """``({class name: ClassDef}, {registered name: class name})`` over ``package``'s
+  modules (not imported: ``find_spec`` imports the parent packages only)."""
+  spec = importlib.util.find_spec(package)
+  folder = list(spec.submodule_search_locations)[0]
+  classes, registered = {}, {}
+  for filename in sorted(os.listdir(folder)):
+    if filename.endswith(".py"):
+      own = _module_classes(os.path.join(folder, filename))
+      classes.update(own)
+      for node in own.values():
+        for name in _registered_names(node):
+          registered[name] = node.name
+  return classes, registered
+
+
+def _module_classes(path: str) -> Dict[str, ast.ClassDef]:
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
+  return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _registered_names(node: ast.ClassDef) -> List[str]:
+  """The names of ``@<anything>.register("name")`` decorators on a class."""
+  return [d.args[0].value for d in node.decorator_list
+          if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+          and d.func.attr == "register" and d.args and isinstance(d.args[0], ast.Constant)
+          and isinstance(d.args[0].value, str)]
+
+
+def _bases(node: ast.ClassDef, classes) -> List[ast.ClassDef]:
+  """The base classes of ``node`` found in ``classes`` (by their last name: ``base.X``)."""
+  names = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", None)
+           for b in node.bases]
+  return [classes[n] for n in names if n in classes and classes[n] is not node]
+
+
+def _class_attribute(node: ast.ClassDef, name: str, classes):
+  """A class attribute's literal value, looked up through the bases like Python does."""
+  for stmt in node.body:
+    if isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+      return ast.literal_eval(stmt.value)
+  for base in _bases(node, classes):
+    value = _class_attribute(base, name, classes)
+    if value is not None:
+      return value
+  return None
+
+
+def _declared_fields(node: ast.ClassDef, classes) -> Dict[str, Any]:
+  """The static twin of :meth:`Registry.config_fields` for one class."""
+  exclude = set(_class_attribute(node, "config_exclude", classes) or ())
+  out: Dict[str, Any] = {}
+  chain = [node]
+  while chain:
+    klass = chain.pop(0)
+    init = next((s for s in klass.body
+                 if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    if init is None:   # Inherits its constructor.
+      chain = _bases(klass, classes)[:1]
+      continue
+    a = init.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    pairs = list(zip(positional, defaults))[len(a.posonlyargs):][1:] + list(
+        zip(a.kwonlyargs, a.kw_defaults))
+    for arg, default in pairs:
+      if arg.arg in exclude or arg.arg in out:
+        continue
+      if default is None:
+        out[arg.arg] = inspect.Parameter.empty
+        continue
+      try:
+        out[arg.arg] = ast.literal_eval(default)
+      except ValueError:
+        raise ValueError(f"{klass.name}.__init__ argument {arg.arg!r}: its default is not a "
+                         "literal, so the config schema cannot read it without importing "
+                         "the module; give it a literal default or list it in "
+                         "config_exclude.") from None
+    chain = _bases(klass, classes)[:1] if a.kwarg is not None else []
+  return out

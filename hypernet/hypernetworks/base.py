@@ -27,7 +27,12 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.core import weight_roles
+from hypernet.core.registry import Registry
 
+# The hypernetwork kinds by name, filled by ``@KINDS.register(name)`` on each class; a
+# user's own subclass of :class:`Hypernetwork` is ``"package.module:Class"``.
+KINDS = Registry("hypernetwork kind", "config.hypernet.kind", "hypernet.hypernetworks",
+                 base="hypernet.hypernetworks.base:Hypernetwork")
 
 _warned_no_roles = []
 
@@ -63,9 +68,16 @@ class Hypernetwork(keras.Model):
     target_spec, paths, shapes, dtypes, sizes: the spec and its per-tensor pieces.
     num_generated: total generated scalars ``P`` (int).
 
+  A kind is registered with ``@KINDS.register("name")``; its constructor's keyword
+  arguments are the fields of ``config.hypernet`` by their own names, except
+  :attr:`config_exclude` (given by the builder, not the config). ``**kwargs`` passed on to
+  this constructor bring ``num_conditions`` and ``condition_dim``.
+
   Raises:
     ValueError: an empty ``target_spec`` or negative / inconsistent condition sizes.
   """
+
+  config_exclude = ("target_spec", "target_values", "seed", "dtype", "name")
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *, num_conditions: int = 0,
                condition_dim: int = 0, seed: int = 0, dtype=None,
@@ -73,13 +85,13 @@ class Hypernetwork(keras.Model):
     super().__init__(name=name, dtype=dtype)
     if not target_spec:
       raise ValueError("target_spec is empty: the hypernetwork has no weights to generate "
-                       "(check config.hypernet.targets).")
+                       "(check the patterns that selected them).")
     if num_conditions < 0 or condition_dim < 0:
       raise ValueError(f"num_conditions ({num_conditions}) and condition_dim "
                        f"({condition_dim}) must be >= 0.")
     if num_conditions > 0 and condition_dim <= 0:
       raise ValueError(f"num_conditions={num_conditions} needs condition_dim > 0 (the size "
-                       "of each learned condition embedding); set config.hypernet.condition_dim.")
+                       "of each learned condition embedding).")
     spec = weight_roles.WeightSpec(target_spec)
     if not spec.roles and not _warned_no_roles:
       _warn_no_roles(name)
@@ -291,8 +303,7 @@ def second_moment(x) -> float:
 def check_mode(init: str) -> None:
   from hypernet.hypernetworks import init as hinit  # pylint: disable=g-import-not-at-top
   if init not in hinit.MODES:
-    raise ValueError(f"init mode {init!r} is unknown; choose one of {hinit.MODES} "
-                     "(config.hypernet.init).")
+    raise ValueError(f"init={init!r} is unknown; choose one of {hinit.MODES}.")
 
 
 def stats_for(target_spec: Mapping[str, tf.TensorSpec],

@@ -72,6 +72,7 @@ import tensorflow as tf
 from hypernet.hypernetworks import base
 
 
+@base.KINDS.register("chunked")
 class ChunkedHypernetwork(base.Hypernetwork):
   """Generates a target network's weights chunk by chunk from learned chunk embeddings.
 
@@ -134,7 +135,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
     if self.condition_per_chunk:
       if condition_dim <= 0:
         raise ValueError("condition_per_chunk=True needs a condition: set condition_dim > 0 "
-                         "(config.hypernet.condition_dim, the size per chunk).")
+                         "(the size per chunk).")
       generated = sum(int(np.prod(s.shape)) for s in target_spec.values())
       condition_dim = -(-generated // int(chunk_size)) * int(condition_dim)
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
@@ -147,13 +148,13 @@ class ChunkedHypernetwork(base.Hypernetwork):
           "A chunked hypernetwork without hidden layers (hidden=()) is linear in its input "
           "[e_c ; condition], so a condition would only add one and the same vector to "
           "every chunk. Give a conditional chunked hypernetwork a hidden layer "
-          "(config.hypernet.hidden, e.g. (64,)).")
+          "(hidden=(64,), for instance).")
     if not emb_multiplier > 0:
       raise ValueError(f"emb_multiplier ({emb_multiplier}) must be positive "
-                       "(config.hypernet.chunk_emb_multiplier; 1 is the plain embedding).")
+                       "(1 is the plain embedding).")
     if not head_precondition >= 0:
       raise ValueError(f"head_precondition ({head_precondition}) must be >= 0 "
-                       "(config.hypernet.chunk_head_precondition; 0 is the plain gradient).")
+                       "(0 is the plain gradient).")
     self.chunk_size = int(chunk_size)
     self.emb_multiplier = float(emb_multiplier)
     self.head_precondition = float(head_precondition)

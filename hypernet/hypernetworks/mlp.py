@@ -40,6 +40,7 @@ import tensorflow as tf
 from hypernet.hypernetworks import base
 
 
+@base.KINDS.register("mlp")
 class MLPHypernetwork(base.Hypernetwork):
   """One output head per target tensor on a shared MLP trunk.
 
@@ -78,7 +79,7 @@ class MLPHypernetwork(base.Hypernetwork):
                        f"{tuple(hidden)} positive.")
     if embedding_dim == 0 and not self.conditional:
       raise ValueError("An unconditional MLP hypernetwork needs embedding_dim > 0 (its only "
-                       "input); set config.hypernet.embedding_dim.")
+                       "input).")
     stats = base.stats_for(self.target_spec, target_values, init)
     self.init_mode = init
     self.embedding_dim = int(embedding_dim)

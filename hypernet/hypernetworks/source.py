@@ -12,8 +12,9 @@ from typing import Dict, List, Optional
 import keras
 import tensorflow as tf
 
-from hypernet.core import functional, ops
+from hypernet.core import functional, ops, plugins
 from hypernet.core.source import IdentitySource, WeightSource
+from hypernet.hypernetworks import base
 
 
 class HypernetworkSource(WeightSource):
@@ -43,7 +44,7 @@ class HypernetworkSource(WeightSource):
     self.hypernetwork = hypernetwork
     self.generated_paths = list(hypernetwork.target_spec)
     if quantize not in ops.QUANTIZERS:
-      raise ValueError(f"config.hypernet.quantize={quantize!r} is unknown; known: "
+      raise ValueError(f"quantize={quantize!r} is unknown; known: "
                        f"{sorted(ops.QUANTIZERS)}.")
     self.quantize = quantize
     self.quantized_paths: List[str] = []
@@ -52,7 +53,7 @@ class HypernetworkSource(WeightSource):
               if isinstance(quantize_targets, str) else list(quantize_targets))
       for pat in pats:
         if not any(fnmatch.fnmatchcase(p, pat) for p in self.generated_paths):
-          raise ValueError(f"config.hypernet.quantize_targets pattern {pat!r} matches no "
+          raise ValueError(f"quantize_targets pattern {pat!r} matches no "
                            f"generated path; generated: {self.generated_paths}")
       self.quantized_paths = [p for p in self.generated_paths
                               if any(fnmatch.fnmatchcase(p, pat) for pat in pats)]
@@ -80,18 +81,16 @@ class HypernetworkSource(WeightSource):
     return dict(super().trackables(), hypernetwork=self.hypernetwork)
 
 
-KINDS = ("none", "mlp", "chunked", "static")
-
-
 def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype=None,
-                       condition_dim: Optional[int] = None):
-  """Builds the hypernetwork named by ``hc.kind`` (``hc`` = ``config.hypernet``).
+                       condition_dim: Optional[int] = None) -> base.Hypernetwork:
+  """Builds the hypernetwork kind ``hc.kind`` (``hc`` = ``config.hypernet``) from
+  :data:`hypernet.hypernetworks.base.KINDS`.
 
   Args:
-    hc: the ``config.hypernet`` fields: ``kind`` (mlp | chunked | static), ``init``,
-      ``num_conditions``, ``condition_dim``, and per kind ``embedding_dim``/``hidden``
-      (mlp), ``chunk_size``/``chunk_emb_dim``/``hidden`` (chunked), ``z_dim``,
-      ``static_hidden_dim``, ``slice_channels`` (static).
+    hc: the ``config.hypernet`` group: ``kind`` (a registered name or a user's
+      ``"package.module:Class"``), and the kind's constructor arguments by their own
+      names (``init``, ``num_conditions``, ``condition_dim``, ``hidden``, ``chunk_size``,
+      ...; fields of other kinds are left out).
     target_spec: ``{path: tf.TensorSpec}`` of the weights to generate.
     target_values: ``{path: array}`` initial target values (init statistics).
     seed: initialiser seed.
@@ -103,42 +102,33 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
       a support set; ``None``: ``hc.condition_dim`` with a table, else unconditional.
 
   Raises:
-    ValueError: an unknown kind (lists the known ones), or a kind's own errors.
+    ValueError: an unknown kind (lists the known ones), or the kind constructor's own
+      error, one line prefixed with ``config.hypernet`` (its arguments are the group's
+      field names).
   """
   if dtype is None and next(iter(target_spec.values())).dtype == tf.float64:
     dtype = "float64"
-  common = dict(target_values=target_values, init=hc.init, num_conditions=hc.num_conditions,
-                condition_dim=(hc.condition_dim if hc.num_conditions else
-                               int(condition_dim or 0)),
-                seed=seed, dtype=dtype)
-  if hc.kind == "mlp":
-    from hypernet.hypernetworks.mlp import MLPHypernetwork  # pylint: disable=g-import-not-at-top
-    return MLPHypernetwork(target_spec, embedding_dim=hc.embedding_dim,
-                           hidden=tuple(hc.hidden), **common)
-  if hc.kind == "chunked":
-    from hypernet.hypernetworks.chunked import ChunkedHypernetwork  # pylint: disable=g-import-not-at-top
-    return ChunkedHypernetwork(target_spec, chunk_size=hc.chunk_size,
-                               chunk_emb_dim=hc.chunk_emb_dim, hidden=tuple(hc.hidden),
-                               center=hc.chunk_center,
-                               emb_multiplier=hc.chunk_emb_multiplier,
-                               head_precondition=hc.chunk_head_precondition,
-                               condition_per_chunk=hc.chunk_condition_per_chunk, **common)
-  if hc.kind == "static":
-    from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
-    slice_in, slice_out = (int(c) for c in hc.slice_channels)
-    return StaticHypernetwork(target_spec, z_dim=hc.z_dim, hidden_dim=hc.static_hidden_dim,
-                              slice_in=slice_in, slice_out=slice_out, **common)
-  raise ValueError(f"config.hypernet.kind={hc.kind!r} is unknown; known: {list(KINDS)}.")
+  given = dict(target_spec=target_spec, target_values=target_values, seed=seed, dtype=dtype,
+               condition_dim=(hc.condition_dim if hc.num_conditions else
+                              int(condition_dim or 0)))
+  cls = base.KINDS.get(hc.kind)
+  group = {k: v for k, v in dict(hc).items() if k in base.KINDS.config_fields(cls)}
+  try:
+    return base.KINDS.build(cls, group, **given)
+  except plugins.PluginError:
+    raise
+  except (ValueError, TypeError) as e:
+    raise ValueError(f"config.hypernet (kind {hc.kind!r}): {e}") from e
 
 
 def build_weight_source(config, target: keras.Model) -> WeightSource:
   """Builds the weight source named by ``config.hypernet.kind`` for ``target``.
 
-  ``config.hypernet.kind``: ``"none"`` (train the target directly), ``"mlp"``,
-  ``"chunked"`` or ``"static"`` (a hypernetwork, see :func:`build_hypernetwork`; with
-  ``num_conditions > 0`` a conditional one). ``config.hypernet.targets``: glob/regex
-  patterns of the target paths to generate; ``train_rest``: train the others directly
-  (else freeze them); ``quantize`` / ``quantize_targets``: see :class:`HypernetworkSource`.
+  ``config.hypernet.kind``: ``"none"`` (train the target directly) or a hypernetwork kind
+  (:func:`build_hypernetwork`; with ``num_conditions > 0`` a conditional one).
+  ``config.hypernet.targets``: glob/regex patterns of the target paths to generate;
+  ``train_rest``: train the others directly (else freeze them); ``quantize`` /
+  ``quantize_targets``: see :class:`HypernetworkSource`.
 
   Raises:
     ValueError: an unknown kind (lists the known kinds), a pattern matching no weight
@@ -147,10 +137,12 @@ def build_weight_source(config, target: keras.Model) -> WeightSource:
   hc = config.hypernet
   if hc.kind == "none":
     return IdentitySource(target)
-  if hc.kind not in KINDS:
-    raise ValueError(f"config.hypernet.kind={hc.kind!r} is unknown; known: {list(KINDS)}.")
+  base.KINDS.get(hc.kind)  # An unknown kind fails before the spec is built.
   spec = functional.weight_spec(target, hc.targets)
   values = {p: v.numpy() for p, v in functional.variable_paths(target).items() if p in spec}
   hnet = build_hypernetwork(hc, spec, values, seed=config.seed)
-  return HypernetworkSource(target, hnet, train_rest=hc.train_rest, quantize=hc.quantize,
-                            quantize_targets=hc.quantize_targets)
+  try:
+    return HypernetworkSource(target, hnet, train_rest=hc.train_rest, quantize=hc.quantize,
+                              quantize_targets=hc.quantize_targets)
+  except ValueError as e:
+    raise ValueError(f"config.hypernet: {e}") from e

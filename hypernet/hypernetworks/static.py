@@ -43,6 +43,7 @@ from hypernet.core import ops
 from hypernet.hypernetworks import base
 
 
+@base.KINDS.register("static")
 class StaticHypernetwork(base.Hypernetwork):
   """Ha et al.'s static hypernetwork for conv kernels ``[f, f, in, out]``.
 
@@ -83,8 +84,8 @@ class StaticHypernetwork(base.Hypernetwork):
       if len(shape) != 4 or shape[0] != shape[1]:
         raise ValueError(
             f"The static hypernetwork (Ha et al. 2016) generates square conv kernels "
-            f"[f, f, in, out]; {path!r} has shape {shape}. Select conv kernels only, e.g. "
-            "config.hypernet.targets='conv2/kernel'.")
+            f"[f, f, in, out]; {path!r} has shape {shape}. Select conv kernels only "
+            "(target_spec from functional.weight_spec(model, 'conv*/kernel')).")
       if f is None:
         f = shape[0]
       elif shape[0] != f:
