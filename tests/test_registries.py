@@ -1,0 +1,179 @@
+"""No drift: every registered hypernetwork kind is reached from the command line's config
+validation, the Trainer's weight-source builder and ``hn.keras.HyperModel``, and the
+TensorFlow-free reading of the kinds' fields (``Registry.declared``, used by the config
+schema) agrees with the imported constructors (``Registry.config_fields``)."""
+import functools
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hypernet as hn
+from hypernet.core import functional
+from hypernet.hypernetworks import base
+from hypernet.hypernetworks import source
+from hypernet.training import config_lib, models
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OWN_KIND = os.path.join(REPO, "examples", "own_hypernetwork")
+PLUGIN = "lowrank_hypernet:LowRankHypernetwork"
+KINDS = base.KINDS.names()
+
+
+@pytest.fixture
+def own_kind_on_path(monkeypatch):
+  monkeypatch.syspath_prepend(OWN_KIND)
+
+
+def _target():
+  return models.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,))
+
+
+def _config(kind):
+  c = config_lib.base_config()
+  c.hypernet.kind = kind
+  c.hypernet.targets = "conv*/kernel"   # Every kind (static too) generates conv kernels.
+  return c
+
+
+def test_the_registry_lists_the_kinds_and_the_schema_reads_the_same_ones():
+  assert KINDS == ("chunked", "mlp", "static")
+  assert {n: c.__name__ for n, c in base.KINDS.items()} == {
+      "chunked": "ChunkedHypernetwork", "mlp": "MLPHypernetwork",
+      "static": "StaticHypernetwork"}
+  twin = config_lib.SELECTED_GROUPS["hypernet"][1]
+  assert (twin.family, twin.field, twin.package, twin.base) == (
+      base.KINDS.family, base.KINDS.field, base.KINDS.package, base.KINDS.base)
+  assert twin.declared_names() == KINDS
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_static_fields_agree_with_the_imported_constructor(kind):
+  declared = base.KINDS.declared()[kind]
+  assert declared == base.KINDS.config_fields(kind)
+  assert "target_spec" not in declared and "seed" not in declared
+  # Every field is in config.hypernet by its own name, with the constructor's default
+  # unless the config starts elsewhere (listed in _GROUP_DEFAULTS).
+  group = config_lib.base_config().hypernet
+  overrides = config_lib._GROUP_DEFAULTS["hypernet"]  # pylint: disable=protected-access
+  for field, default in declared.items():
+    assert field in group, field
+    assert group[field] == overrides.get(field, default), field
+
+
+def test_plugin_fields_read_statically_agree_with_the_imported_class(own_kind_on_path):
+  declared = base.KINDS.declared_fields(PLUGIN)
+  assert declared == {"rank": 4, "init": "hyperfan_in", "num_conditions": 0,
+                      "condition_dim": 0}   # The last two through **kwargs from the base.
+  assert declared == base.KINDS.config_fields(PLUGIN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_passes_the_command_lines_validation(kind):
+  c = _config(kind)
+  config_lib.validate(c)
+  used = config_lib.used_fields(c)
+  fields = base.KINDS.config_fields(kind)
+  # The run reads exactly the kind's fields (condition ones only when conditional).
+  kind_fields = {k[len("hypernet."):] for k in used if k.startswith("hypernet.")} - {
+      "kind", "targets", "train_rest", "quantize"}
+  assert kind_fields == {f for f in fields if not f.startswith("condition_")}, kind_fields
+
+
+def test_validation_reads_the_kinds_without_tensorflow(own_kind_on_path):
+  code = ("import sys; from hypernet.training import config_lib as c; "
+          "k = c.base_config(); k.hypernet.kind = 'static'; c.validate(k); "
+          f"k.hypernet.kind = {PLUGIN!r}; k.hypernet.rank = 8; c.validate(k); "
+          "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; "
+          "print('TF-FREE', c.CHOICES['hypernet.kind'])")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, OWN_KIND]))
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "TF-FREE ('none', 'chunked', 'mlp', 'static')" in out.stdout
+
+
+def test_a_plugin_kinds_own_fields_are_accepted_and_others_refused(own_kind_on_path):
+  c = _config(PLUGIN)
+  config_lib.validate(c)   # rank has a default: the config may leave it out.
+  c.hypernet.rank = 8
+  config_lib.validate(c)
+  assert config_lib.used_fields(c)["hypernet.rank"] == 8
+  c.hypernet.rnak = 3
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.hypernet\.rnak is not a known field\. Did you mean "
+                           r"config\.hypernet\.rank\?") as e:
+    config_lib.validate(c)
+  assert "\n" not in str(e.value)
+  del c.hypernet["rnak"]
+  with c.ignore_type():
+    c.hypernet.rank = "8"
+  with pytest.raises(config_lib.ConfigError, match=r"config\.hypernet\.rank='8' has type str"):
+    config_lib.validate(c)
+  c.hypernet.kind = "lowrank_hypernet:NoSuchClass"
+  with pytest.raises(config_lib.ConfigError, match="defines no class 'NoSuchClass'"):
+    config_lib.validate(c)
+  c.hypernet.kind = "no_such_module:Kind"
+  with pytest.raises(config_lib.ConfigError, match="no module 'no_such_module' on the path"):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize("kind", KINDS + (PLUGIN,))
+def test_every_kind_builds_through_the_trainers_weight_source(kind, monkeypatch,
+                                                              own_kind_on_path):
+  """build_weight_source hands the kind exactly config.hypernet's fields that its
+  constructor names, by name; the target runs on the generated weights."""
+  c = _config(kind)
+  if kind == PLUGIN:
+    c.hypernet.rank = 3
+  c.hypernet.init = "glorot"
+  cls = base.KINDS.get(kind)
+  received = {}
+  original = cls.__init__
+
+  @functools.wraps(original)
+  def spy(self, *args, **kwargs):
+    received.update(kwargs)
+    original(self, *args, **kwargs)
+
+  monkeypatch.setattr(cls, "__init__", spy)
+  target = _target()
+  weight_source = source.build_weight_source(c, target)
+  assert isinstance(weight_source, hn.WeightSource)
+  assert type(weight_source.hypernetwork) is cls
+  fields = base.KINDS.config_fields(kind)
+  expected = {k: c.hypernet[k] for k in fields if k != "condition_dim"}
+  assert {k: received[k] for k in expected} == expected
+  assert received["condition_dim"] == 0   # Unconditional (num_conditions=0).
+  assert weight_source.generated_paths == ["conv1/kernel", "conv2/kernel"]
+  x = tf.random.normal([2, 8, 8, 1])
+  out = functional.functional_call(target, weight_source.weights(), x)
+  assert out.shape == (2, 10) and np.all(np.isfinite(out.numpy()))
+
+
+@pytest.mark.parametrize("kind", KINDS + (PLUGIN, "class"))
+def test_every_kind_trains_and_round_trips_through_keras(kind, own_kind_on_path):
+  if kind == "class":   # The class itself, as a user passes their own.
+    import lowrank_hypernet  # pylint: disable=g-import-not-at-top
+    kind = lowrank_hypernet.LowRankHypernetwork
+  keras.utils.set_random_seed(0)
+  model = hn.keras.HyperModel(_target(), kind, targets="conv*/kernel")
+  model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  x = np.random.default_rng(0).normal(size=(16, 8, 8, 1)).astype("float32")
+  y = np.arange(16) % 10
+  before = [v.numpy().copy() for v in model.hypernetwork.trainable_variables]
+  model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  assert any(not np.array_equal(b, v.numpy())
+             for b, v in zip(before, model.hypernetwork.trainable_variables))
+  config = model.get_config()
+  name = base.KINDS.name_of(type(model.hypernetwork))
+  assert config["hypernetwork"] == name == (kind if isinstance(kind, str) else PLUGIN)
+  rebuilt = hn.keras.HyperModel.from_config(config)
+  assert type(rebuilt.hypernetwork) is type(model.hypernetwork)
+  assert [v.shape for v in rebuilt.hypernetwork.trainable_variables] == \
+      [v.shape for v in model.hypernetwork.trainable_variables]
