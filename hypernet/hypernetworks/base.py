@@ -1,22 +1,6 @@
-"""What every hypernetwork kind shares: the target spec, conditions, splitting, counts.
-
-A hypernetwork is a Keras model whose call returns ``{variable path: tensor}``, the
-weights of a *target network* (shapes taken from the target itself through
-:func:`hypernet.core.functional.weight_spec`). Every kind (:mod:`.mlp`, :mod:`.chunked`,
-:mod:`.static`) may be *conditional* (von Oswald et al. 2020, "Continual learning with
-hypernetworks", ICLR, Sec. 3: one learned task embedding per task; Ha, Dai & Le 2016
-call the unconditional case a "static" hypernetwork):
-
-* ``num_conditions = N > 0``: a learned table of condition (task) embeddings
-  ``[N, condition_dim]``; the call takes an integer condition id (``[]``) or a batch of
-  ids (``[S]``) and looks the embeddings up;
-* ``condition_dim = d > 0`` (with or without a table): the call also takes a given float
-  condition vector (``[d]``) or a batch of them (``[S, d]``);
-* neither: the call takes no condition (``hnet()`` or ``hnet(None)``).
-
-A batch of conditions gives a *batch of weight sets* in one forward pass: every
-generated tensor then has a leading axis ``S`` (run the target on them with
-:func:`hypernet.hypernetworks.batched.batched_functional_call`).
+"""What every hypernetwork kind shares: the target spec, conditions, splitting, counts, and
+the registry of kinds (:data:`KINDS`). How conditions and batches of weight sets work:
+docs/hypernetworks.md.
 """
 from __future__ import annotations
 

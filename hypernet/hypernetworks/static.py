@@ -1,35 +1,7 @@
-"""The static hypernetwork of Ha, Dai & Le 2016 ("HyperNetworks", ICLR 2017, Sec. 3.1).
-
-A convolution kernel ``K^j`` of shape ``[f, f, N_in, N_out]`` is generated from a learned
-layer embedding ``z^j`` (size ``N_z``) by a two-layer *linear* network shared across
-layers (their Eq. 2):
-
-    a_i^j = W_i z^j + B_i                 i = 1..N_in,   W_i [d, N_z], B_i [d]
-    K_i^j = <W_out, a_i^j> + B_out        W_out [f f N_out, d], B_out [f f N_out]
-    K^j   = (K_1^j  K_2^j  ...  K_{N_in}^j)     (slice i: the kernel of input channel i)
-
-Larger kernels are *tiled* from basic slices (their Sec. 3.1, ResNet paragraph): a kernel
-``[f, f, m N_in, n N_out]`` gets an ``m x n`` grid of embeddings ``z^{j, r, c}``, each
-generating one ``[f, f, N_in, N_out]`` tile with the same shared generator. Here a kernel
-whose channel counts are not multiples of the basic size is cut from the enclosing tiles
-(``ceil`` tiles, then cropped), so e.g. a first layer ``[f, f, 1, 16]`` uses one tile.
-
-Parameter count: ``T N_z`` (one embedding per tile) ``+ N_in (N_z d + d)`` ``+ d f f N_out
-+ f f N_out``. Their MNIST setting -- the second conv kernel ``7x7x16x16`` generated with
-``N_z = d = 4`` -- gives ``4 + 16 (16 + 4) + 4 * 784 + 784 = 4,244`` parameters against
-``12,544`` for the kernel itself.
-
-A condition (task embedding ``c``) is appended to every layer embedding: the generator's
-input is ``[z ; c]``.
-
-Initialisation (hyperfan, Chang, Flokas & Lipson 2020, Sec. 4): ``z ~ N(0, 1)``,
-``W_i ~ N(0, 1 / (N_z + d_c))``, ``B_i = 0``; ``W_out ~ N(0, 1 / (d E[a^2]))`` with
-``E[a^2]`` measured over every initial ``a_i`` (so raw kernel elements have unit
-variance), ``B_out = 0``; a fixed per-tensor gain (a constant, not a parameter)
-``sigma_t sqrt(E[a^2] / E_t[a^2])`` then gives each generated kernel ``t`` the target
-variance ``sigma_t^2`` of :mod:`hypernet.hypernetworks.init` (He for hyperfan-in, ...),
-correcting for the measured second moment ``E_t[a^2]`` of that kernel's own tiles. The
-shared generator cannot give layers of different fan-in different variances by itself.
+"""The static hypernetwork of Ha, Dai & Le 2016 ("HyperNetworks", ICLR 2017, Sec. 3.1):
+tiled conv kernels from learned layer embeddings through a shared two-layer linear
+generator. Its equations, tiling, parameter count and initialisation:
+docs/hypernetworks.md.
 """
 from __future__ import annotations
 
