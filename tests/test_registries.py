@@ -177,3 +177,19 @@ def test_every_kind_trains_and_round_trips_through_keras(kind, own_kind_on_path)
   assert type(rebuilt.hypernetwork) is type(model.hypernetwork)
   assert [v.shape for v in rebuilt.hypernetwork.trainable_variables] == \
       [v.shape for v in model.hypernetwork.trainable_variables]
+
+
+def test_a_constructors_error_reads_as_one_line_naming_the_field(tmp_path):
+  """A kind's range lives in its constructor; the command line prints its error as one
+  line naming config.hypernet and the argument (the field of the same name), and leaves
+  no workdir behind."""
+  out = subprocess.run(
+      [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+       f"--workdir={tmp_path / 'run'}", "--config.hypernet.chunk_size=0"],
+      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+      timeout=300)
+  assert out.returncode == 1, out.stderr[-2000:]
+  last = out.stderr.strip().splitlines()[-1]
+  assert last == ("train.py: error: config.hypernet (kind 'chunked'): chunk_size (0), "
+                  "chunk_emb_dim (32) and hidden (14,) must be positive."), out.stderr[-2000:]
+  assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()

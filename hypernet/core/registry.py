@@ -12,6 +12,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 from hypernet.core import plugins
 
 
+class ConfigError(ValueError):
+  """A config field is unknown, missing, of the wrong type or has an impossible value (also
+  ``hypernet.training.config_lib.ConfigError``: one class, so that an error a component's
+  constructor raises while a config builds it reads as one line naming the field)."""
+
+
 class Registry:
   """The classes of one family (hypernetwork kinds, learners, ...), by name.
 

@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional, ops, plugins
+from hypernet.core.registry import ConfigError
 from hypernet.core.source import IdentitySource, WeightSource
 from hypernet.hypernetworks import base
 
@@ -102,23 +103,24 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
       a support set; ``None``: ``hc.condition_dim`` with a table, else unconditional.
 
   Raises:
-    ValueError: an unknown kind (lists the known ones), or the kind constructor's own
-      error, one line prefixed with ``config.hypernet`` (its arguments are the group's
-      field names).
+    hypernet.core.registry.ConfigError (a ValueError): an unknown kind (lists the known
+      ones), or the kind constructor's own error, prefixed with ``config.hypernet`` (its
+      arguments are the group's field names); the command line prints it as one line.
   """
   if dtype is None and next(iter(target_spec.values())).dtype == tf.float64:
     dtype = "float64"
   given = dict(target_spec=target_spec, target_values=target_values, seed=seed, dtype=dtype,
                condition_dim=(hc.condition_dim if hc.num_conditions else
                               int(condition_dim or 0)))
-  cls = base.KINDS.get(hc.kind)
+  try:
+    cls = base.KINDS.get(hc.kind)
+  except plugins.PluginError as e:  # Names the field already.
+    raise ConfigError(str(e)) from e
   group = {k: v for k, v in dict(hc).items() if k in base.KINDS.config_fields(cls)}
   try:
     return base.KINDS.build(cls, group, **given)
-  except plugins.PluginError:
-    raise
-  except (ValueError, TypeError) as e:
-    raise ValueError(f"config.hypernet (kind {hc.kind!r}): {e}") from e
+  except (ValueError, TypeError) as e:   # The arguments are the group's fields, by name.
+    raise ConfigError(f"config.hypernet (kind {hc.kind!r}): {e}") from e
 
 
 def build_weight_source(config, target: keras.Model) -> WeightSource:
@@ -137,7 +139,10 @@ def build_weight_source(config, target: keras.Model) -> WeightSource:
   hc = config.hypernet
   if hc.kind == "none":
     return IdentitySource(target)
-  base.KINDS.get(hc.kind)  # An unknown kind fails before the spec is built.
+  try:
+    base.KINDS.get(hc.kind)  # An unknown kind fails before the spec is built.
+  except plugins.PluginError as e:
+    raise ConfigError(str(e)) from e
   spec = functional.weight_spec(target, hc.targets)
   values = {p: v.numpy() for p, v in functional.variable_paths(target).items() if p in spec}
   hnet = build_hypernetwork(hc, spec, values, seed=config.seed)
@@ -145,4 +150,4 @@ def build_weight_source(config, target: keras.Model) -> WeightSource:
     return HypernetworkSource(target, hnet, train_rest=hc.train_rest, quantize=hc.quantize,
                               quantize_targets=hc.quantize_targets)
   except ValueError as e:
-    raise ValueError(f"config.hypernet: {e}") from e
+    raise ConfigError(f"config.hypernet: {e}") from e

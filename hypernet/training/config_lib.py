@@ -19,7 +19,7 @@ import numbers
 from typing import Any, Dict, List, Optional
 
 from hypernet.core import plugins
-from hypernet.core.registry import Registry
+from hypernet.core.registry import ConfigError, Registry  # ConfigError: one class for all.
 
 # Groups whose fields are the constructor arguments of a registry's classes, by their own
 # names: group -> (the field that selects the class, the registry). Read from the source
@@ -86,8 +86,6 @@ def is_plugin_value(field: str, value) -> bool:
   return ":" in value or (field == "model.name" and value.startswith("keras.applications."))
 
 
-class ConfigError(ValueError):
-  """A config field is unknown, missing, of the wrong type or has an impossible value."""
 
 
 def _is_configdict(value) -> bool:
