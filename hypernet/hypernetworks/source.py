@@ -119,7 +119,7 @@ def build_hypernetwork(hc, target_spec, target_values=None, seed: int = 0, dtype
   group = {k: v for k, v in dict(hc).items() if k in base.KINDS.config_fields(cls)}
   try:
     return base.KINDS.build(cls, group, **given)
-  except (ValueError, TypeError) as e:   # The arguments are the group's fields, by name.
+  except ValueError as e:   # The arguments are the group's fields, by name.
     raise ConfigError(f"config.hypernet (kind {hc.kind!r}): {e}") from e
 
 
