@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from hypernet.core import plugins
 from hypernet.core.registry import ConfigError, Registry  # ConfigError: one class for all.
+from hypernet.data.base import DATASETS   # TensorFlow-free: read with DATASETS.declared().
 
 # Groups whose fields are the constructor arguments of a registry's classes, by their own
 # names: group -> (the field that selects the class, the registry). Read from the source
@@ -61,7 +62,8 @@ CHOICES = {
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
-    "data.name": ("digits", "fashion_mnist", "mnist", "omniglot"),
+    # Omniglot feeds few-shot episodes only (hypernet/training/meta_tasks.py).
+    "data.name": DATASETS.declared_names() + ("omniglot",),
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
     "optim.name": ("adam", "adamw", "sgd"),
@@ -510,6 +512,7 @@ _MODEL_FIELDS = {
     "mobilenet_v2": ("alpha", "image_size", "bn_momentum"),
     "conv4": ("conv_widths",),
 }
+_LOADER_FIELDS = tuple(DATASETS.declared_defaults())
 _OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotations",
                   "image_size")
 
@@ -560,8 +563,8 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return False
     if name in _OMNIGLOT_DATA:
       return config.data.name == "omniglot"
-    if name == "test_fraction":
-      return config.data.name == "digits"
+    if name in _LOADER_FIELDS:
+      return name in DATASETS.declared().get(config.data.name, ())
     if name in ("tfds_train_split", "tfds_test_split"):
       return str(config.data.name).startswith("tfds:")
     if name in ("augment_rotation", "augment_scale", "augment_shear"):
@@ -620,7 +623,8 @@ def _execution_field_used(config, field: str) -> bool:
   return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
           "summaries.profile_start": bool(s.profile_steps),
           "fault.max_skips": f.nonfinite == "skip",
-          "data.data_dir": config.data.name != "digits" and config.task != "sinusoid",
+          "data.data_dir": config.task != "sinusoid" and "data_dir" in DATASETS.declared().get(
+              config.data.name, {"data_dir": ""}),   # Omniglot and plug-ins read it too.
           }.get(field, True)
 
 
@@ -757,9 +761,10 @@ def base_config():
 def _data_and_model_defaults(c) -> None:
   import ml_collections  # pylint: disable=g-import-not-at-top
   c.data = ml_collections.ConfigDict()
-  c.data.name = "digits"       # digits | fashion_mnist | mnist
-  c.data.data_dir = ""         # IDX folder; "" searches /usr/share/datasets/<name>
-  c.data.test_fraction = 0.2   # digits only: held-out fraction per class
+  c.data.name = "digits"       # a registered data set (hypernet/data: DATASETS) | omniglot
+  # The loaders' arguments by their own names (read from source): data_dir (IDX, tfds,
+  # Omniglot folder; "" searches /usr/share/datasets/<name>), test_fraction (digits).
+  c.data.update(DATASETS.declared_defaults())
   c.data.augment_shift = 0     # random translation by up to this many pixels
   c.data.augment_flip = False  # random left-right flips
   # Few-shot meta-training episodes also: each drawing's own random affine map (Koch et
