@@ -1,7 +1,8 @@
 """No drift: every registered hypernetwork kind is reached from the command line's config
-validation, the Trainer's weight-source builder and ``hn.keras.HyperModel``, and the
-TensorFlow-free reading of the kinds' fields (``Registry.declared``, used by the config
-schema) agrees with the imported constructors (``Registry.config_fields``)."""
+validation, the Trainer's weight-source builder and ``hn.keras.HyperModel``, every
+registered data set from config validation and ``load_classification``, and the
+TensorFlow-free reading of the entries' fields (``Registry.declared``, used by the config
+schema) agrees with the imported constructors and loaders (``Registry.config_fields``)."""
 import functools
 import os
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import hypernet as hn
+from hypernet import data as data_lib
 from hypernet.core import functional
 from hypernet.hypernetworks import base
 from hypernet.hypernetworks import source
@@ -22,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OWN_KIND = os.path.join(REPO, "examples", "own_hypernetwork")
 PLUGIN = "lowrank_hypernet:LowRankHypernetwork"
 KINDS = base.KINDS.names()
+DATASETS = data_lib.DATASETS.names()
 
 
 @pytest.fixture
@@ -193,3 +196,94 @@ def test_a_constructors_error_reads_as_one_line_naming_the_field(tmp_path):
   assert last == ("train.py: error: config.hypernet (kind 'chunked'): chunk_size (0), "
                   "chunk_emb_dim (32) and hidden (14,) must be positive."), out.stderr[-2000:]
   assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+# -- data sets (hypernet/data: DATASETS) ----------------------------------------------------
+def test_the_registry_lists_the_data_sets_and_the_schema_reads_the_same_ones():
+  assert DATASETS == ("digits", "fashion_mnist", "mnist")
+  assert {n: f.__name__ for n, f in data_lib.DATASETS.items()} == {
+      "digits": "load_digits", "fashion_mnist": "load_fashion_mnist", "mnist": "load_mnist"}
+  assert data_lib.DATASETS.declared_names() == DATASETS
+  assert config_lib.CHOICES["data.name"] == DATASETS + ("omniglot",)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_a_data_sets_static_fields_agree_with_the_imported_loader(name):
+  declared = data_lib.DATASETS.declared()[name]
+  assert declared == data_lib.DATASETS.config_fields(name)
+  group = config_lib.base_config().data
+  for field, default in declared.items():   # In config.data by its own name and default.
+    assert group[field] == default, field
+  assert "split_seed" not in data_lib.DATASETS.declared()["digits"]   # Excluded: fixed.
+
+
+def _data_config(name, data_dir):
+  c = config_lib.base_config()
+  c.data.name = name
+  if name != "digits":
+    folder = data_dir / name.replace("_", "-")
+    if not folder.is_dir():
+      pytest.skip(f"{name}: no IDX files in {folder} (the shared test data lacks them).")
+    c.data.data_dir = str(folder)
+  return c
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_every_data_set_passes_validation_and_loads(name, data_dir, monkeypatch):
+  """Validation accepts the name and counts exactly the loader's own fields as used;
+  load_classification calls the registered loader with those fields of config.data."""
+  c = _data_config(name, data_dir)
+  config_lib.validate(c)
+  used = config_lib.used_fields(c)
+  loader_fields = set(config_lib.DATASETS.declared_defaults())
+  assert {f for f in loader_fields if f"data.{f}" in used} == set(
+      data_lib.DATASETS.declared()[name])
+  received = {}
+  loader = data_lib.DATASETS.get(name)
+
+  @functools.wraps(loader)   # The loader's signature: build reads its fields from it.
+  def spy(**kwargs):
+    received.update(kwargs)
+    return loader(**kwargs)
+
+  monkeypatch.setitem(data_lib.DATASETS._classes, name, spy)  # pylint: disable=protected-access
+  c.data.test_fraction = 0.25
+  d = data_lib.load_classification(c.data)
+  assert received == {k: c.data[k] for k in data_lib.DATASETS.declared()[name]}
+  assert d.name == name and d.num_classes == 10
+  assert len(d.x_train) and len(d.x_test) and d.x_train.dtype == np.uint8
+  if name == "digits":   # test_fraction reaches the loader: 25% of each class held out.
+    assert len(d.x_test) == 450 and len(d.x_train) == 1797 - 450
+
+
+def test_an_unknown_data_set_lists_the_registered_ones():
+  c = config_lib.base_config()
+  c.data.name = "cifar"
+  with pytest.raises(config_lib.ConfigError, match=r"config\.data\.name='cifar' is not one "
+                     r"of \['digits', 'fashion_mnist', 'mnist', 'omniglot'\]"):
+    config_lib.validate(c)
+  with pytest.raises(ValueError, match=r"^config\.data\.name='cifar' is not a known data set; "
+                     r"known: \['digits', 'fashion_mnist', 'mnist'\], or 'tfds:NAME' or your "
+                     r"own loader as 'package\.module:function'\.$"):
+    data_lib.load_classification(c.data)
+
+
+def test_a_function_registry_builds_plugins_and_reads_them_from_source(tmp_path,
+                                                                        monkeypatch):
+  """Functions as entries: a plug-in function's fields read from source agree with its
+  signature, build calls it with the group's fields it names, and a non-callable plug-in
+  is refused naming the field."""
+  (tmp_path / "my_sets.py").write_text(
+      "SIZE = 3\n"
+      "def load_ones(size=4, data_dir='', *, seed=0):\n"
+      "  return [1] * size, data_dir, seed\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  registry = data_lib.DATASETS
+  assert registry.declared_fields("my_sets:load_ones") == {"size": 4, "data_dir": "",
+                                                           "seed": 0}
+  assert registry.config_fields("my_sets:load_ones") == {"size": 4, "data_dir": "", "seed": 0}
+  assert registry.build("my_sets:load_ones", {"size": 2, "other": 1}, seed=5) == (
+      [1, 1], "", 5)
+  with pytest.raises(ValueError, match=r"config\.data\.name='my_sets:SIZE': 'SIZE' is a "
+                                       r"int, not a function or class"):
+    registry.get("my_sets:SIZE")
