@@ -313,8 +313,9 @@ def test_continual_num_steps_past_the_sequence_names_both_fields():
 
 @pytest.mark.parametrize("field,value,match", [
     # The static kind generates square conv kernels only.
-    ("hypernet.kind", "static", r"config\.hypernet\.targets=.* selects 'conv1/bias' .* "
-                                r"config\.hypernet\.kind='static' .* e\.g\. 'conv\*/kernel'"),
+    ("hypernet.kind", "static", r"config\.hypernet\.targets=.* \(config\.hypernet\.kind="
+                                r"'static'\): .* square conv kernels .* 'conv1/bias' has shape "
+                                r"\(32,\)\. Select conv kernels only, e\.g\. 'conv\*/kernel'"),
     # The sinusoid target (an MLP) has no conv layers.
     ("task", "sinusoid", r"config\.hypernet\.targets=.*the pattern 'conv\*/\*' matches no "
                          r"trainable weight of the target network 'mlp'"),

@@ -4,7 +4,7 @@ docs/hypernetworks.md.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -93,6 +93,17 @@ class Hypernetwork(keras.Model):
       self.condition_embeddings = self.add_weight(
           shape=(self.num_conditions, self.condition_dim), name="condition_embeddings",
           initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed + 7919))
+
+  @classmethod
+  def check_target_spec(cls, target_spec: Mapping[str, Any]) -> None:
+    """Checks, before anything is built, that this kind can generate every weight of
+    ``target_spec`` (``{path: tf.TensorSpec or shape}``); the default accepts any. The
+    config check (``config.hypernet.targets``) calls it with the selected weights.
+
+    Raises:
+      ValueError: a weight the kind cannot generate (names its path and the fix).
+    """
+    del target_spec
 
   # -- conditions -----------------------------------------------------------------
   @property

@@ -437,52 +437,35 @@ def validate(config) -> None:
 
 
 def check_target_patterns(config, target) -> None:
-  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight.
-
-  Args:
-    config: the experiment config.
-    target: the built target network (a Keras model).
-
-  The static kind (Ha et al. 2016) also needs every selected weight to be a square conv
-  kernel ``[f, f, in, out]``, all of one ``f``.
+  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight
+  of ``target`` (a built Keras model), and that the chosen kind can generate the selected
+  weights (its ``check_target_spec``: the static kind takes square conv kernels only).
 
   Raises:
-    ConfigError: naming ``config.hypernet.targets``, the pattern that matches nothing
-      and the target's trainable weight paths; or, for ``kind='static'``, the selected
-      weight that is not a square conv kernel (or of another size than the first).
+    ConfigError: naming ``config.hypernet.targets``: the pattern that matches nothing
+      (with the target's trainable weight paths), or the kind's objection and its fix.
   """
-  if config.hypernet.kind == "none":
+  kind = config.hypernet.kind
+  if kind == "none":
     return
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.hypernetworks.base import KINDS  # pylint: disable=g-import-not-at-top
   variables = functional.variable_paths(target, trainable=True)
-  paths = list(variables)
   targets = config.hypernet.targets
   patterns = [p.strip() for p in str(targets).split(",") if p.strip()]
   for pattern in patterns:
-    if not any(functional._matches(pattern, p) for p in paths):  # pylint: disable=protected-access
+    if not any(functional._matches(pattern, p) for p in variables):  # pylint: disable=protected-access
       raise ConfigError(
           f"config.hypernet.targets={targets!r}: the pattern {pattern!r} "
           f"matches no trainable weight of the target network {target.name!r}. Its "
-          f"trainable weights: {paths}.")
-  if config.hypernet.kind != "static":
-    return
-  selected = [p for p in paths if any(functional._matches(q, p) for q in patterns)]  # pylint: disable=protected-access
-  sizes = {}
-  for path in selected:
-    shape = tuple(variables[path].shape)
-    if len(shape) != 4 or shape[0] != shape[1]:
-      kernels = [p for p in paths if len(variables[p].shape) == 4]
-      raise ConfigError(
-          f"config.hypernet.targets={targets!r} selects {path!r} of shape {shape}, but "
-          "config.hypernet.kind='static' (Ha et al. 2016) generates square conv kernels "
-          "[f, f, in, out] only: set config.hypernet.targets to conv kernels, e.g. "
-          f"'conv*/kernel' (this target's: {kernels}).")
-    sizes.setdefault(shape[0], path)
-  if len(sizes) > 1:
-    raise ConfigError(
-        f"config.hypernet.targets={targets!r} selects conv kernels of different sizes "
-        f"({', '.join(f'{p!r} {f}x{f}' for f, p in sizes.items())}); one static "
-        "hypernetwork generates kernels of one size: select one size.")
+          f"trainable weights: {list(variables)}.")
+  selected = {p: v.shape for p, v in variables.items()
+              if any(functional._matches(q, p) for q in patterns)}  # pylint: disable=protected-access
+  try:
+    KINDS.get(kind).check_target_spec(selected)
+  except ValueError as e:
+    raise ConfigError(f"config.hypernet.targets={targets!r} (config.hypernet.kind="
+                      f"{kind!r}): {e}") from e
 
 
 def flatten(config, prefix: str = "") -> Dict[str, Any]:
