@@ -257,6 +257,26 @@ class Registry:
                                 f"class {attr!r}.")
     return _declared_fields(own[attr], {**defs, **own})
 
+  def plugin_schema(self, spec: str, group: Mapping[str, Any]) -> Dict[str, Any]:
+    """The schema entries (``{field: default}``, ``None`` for a required one) of the
+    plug-in ``spec``'s own fields that the config group ``group`` sets, read from source
+    (:meth:`declared_fields`): the group accepts them with the type of their default.
+
+    Raises:
+      plugins.PluginError: see :meth:`declared_fields`; a required field that ``group``
+        lacks (names it and where to add it).
+    """
+    group_name = self.field.rpartition(".")[0]
+    out = {}
+    for key, default in self.declared_fields(spec).items():
+      if key in group:
+        out[key] = None if default is inspect.Parameter.empty else default
+      elif default is inspect.Parameter.empty:
+        raise plugins.PluginError(
+            f"{group_name}.{key} is missing: {spec} needs it (a constructor argument "
+            f"without a default); add it to {group_name}.")
+    return out
+
 
 def _package_defs(package: str):
   """``({name: ClassDef or FunctionDef}, {registered name: its name})`` over ``package``'s

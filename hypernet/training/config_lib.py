@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import inspect
 import math
 import numbers
 from typing import Any, Dict, List, Optional
@@ -41,7 +40,6 @@ _GROUP_DEFAULTS = {"hypernet": {"hidden": (64,), "condition_dim": 8}}
 # A group's fields that its builder reads, not the selected class's constructor
 # (hypernet/hypernetworks/source.py: build_weight_source, HypernetworkSource).
 _BUILDER_FIELDS = {"hypernet": ("kind", "targets", "train_rest", "quantize", "quantize_targets")}
-_REQUIRED = inspect.Parameter.empty
 HYPERNET_KINDS = SELECTED_GROUPS["hypernet"][1]
 
 _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
@@ -130,29 +128,23 @@ def _type_name(expected, key) -> str:
 
 
 def _add_plugin_fields(config, schema) -> None:
-  """Adds to ``schema`` the constructor arguments of a plug-in class that a selected group
-  names (``config.hypernet.kind = "pkg.mod:Class"``) and the config sets.
+  """Adds to ``schema`` the fields of a plug-in class a selected group names
+  (``config.hypernet.kind = "pkg.mod:Class"``) that the config sets (read without
+  importing it; see :meth:`Registry.plugin_schema`).
 
   Raises:
-    ConfigError: the plug-in's module or class cannot be found (read without importing
-      it), or a required constructor argument the config lacks.
+    ConfigError: the plug-in cannot be found, or lacks a required field.
   """
   for group, (selector, registry) in SELECTED_GROUPS.items():
     value = config.get(group, {}).get(selector)
-    if not plugins.is_plugin(value):
-      continue
-    try:
-      fields = registry.declared_fields(value)
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
-    for key, default in fields.items():
-      if key in schema[group]:
-        continue
-      if key in config[group]:
-        schema[group][key] = None if default is _REQUIRED or default is None else default
-      elif default is _REQUIRED:
-        raise ConfigError(f"config.{group}.{key} is missing: {value} needs it (a constructor "
-                          f"argument without a default); add it to config.{group}.")
+    if plugins.is_plugin(value):
+      try:
+        fields = registry.plugin_schema(value, config[group])
+      except ValueError as e:
+        raise ConfigError(str(e)) from e
+      for key, default in fields.items():
+        if key not in schema[group]:
+          schema[group][key] = default
 
 
 def _check_schema(config, schema, prefix: str) -> None:
@@ -939,18 +931,5 @@ def _hypernet_defaults():
   h.train_rest = True    # train target weights that are not generated
   h.quantize = "none"    # none | binary | ternary | int8 (straight-through)
   h.quantize_targets = "*kernel"  # generated paths that are quantised
-  for field, default in selected_defaults("hypernet").items():
-    h[field] = default
+  h.update(HYPERNET_KINDS.declared_defaults(_GROUP_DEFAULTS["hypernet"]))
   return h
-
-
-def selected_defaults(group: str) -> Dict[str, Any]:
-  """The union of the constructor fields of every class registered for ``group``
-  (:data:`SELECTED_GROUPS`) with their defaults, :data:`_GROUP_DEFAULTS` winning."""
-  out: Dict[str, Any] = {}
-  for fields in SELECTED_GROUPS[group][1].declared().values():
-    for field, default in fields.items():
-      if default is not _REQUIRED:
-        out.setdefault(field, default)
-  out.update(_GROUP_DEFAULTS.get(group, {}))
-  return out
