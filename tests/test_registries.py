@@ -287,3 +287,28 @@ def test_a_function_registry_builds_plugins_and_reads_them_from_source(tmp_path,
   with pytest.raises(ValueError, match=r"config\.data\.name='my_sets:SIZE': 'SIZE' is a "
                                        r"int, not a function or class"):
     registry.get("my_sets:SIZE")
+
+
+def test_the_config_check_asks_the_chosen_kind_which_weights_it_can_generate(tmp_path,
+                                                                           monkeypatch):
+  """check_target_patterns calls the kind's check_target_spec with the selected weights'
+  shapes (any kind, a plug-in too), and reports its objection naming the field."""
+  (tmp_path / "picky_kind.py").write_text(
+      "from hypernet.hypernetworks import mlp\n"
+      "class KernelsOnly(mlp.MLPHypernetwork):\n"
+      "  @classmethod\n"
+      "  def check_target_spec(cls, target_spec):\n"
+      "    for path, shape in target_spec.items():\n"
+      "      if len(shape) < 2:\n"
+      "        raise ValueError(f'{path!r} of shape {tuple(shape)} is no kernel.')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  c = _config("picky_kind:KernelsOnly")
+  config_lib.check_target_patterns(c, _target())   # conv*/kernel: accepted.
+  c.hypernet.targets = "conv*/*"
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.hypernet\.targets='conv\*/\*' \(config\.hypernet\.kind="
+                           r"'picky_kind:KernelsOnly'\): 'conv1/bias' of shape \(4,\) is no "
+                           r"kernel\.$"):
+    config_lib.check_target_patterns(c, _target())
+  c.hypernet.kind = "mlp"   # The default hook accepts any weight.
+  config_lib.check_target_patterns(c, _target())

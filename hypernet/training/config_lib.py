@@ -86,8 +86,6 @@ def is_plugin_value(field: str, value) -> bool:
   return ":" in value or (field == "model.name" and value.startswith("keras.applications."))
 
 
-
-
 def _is_configdict(value) -> bool:
   import ml_collections  # pylint: disable=g-import-not-at-top
   return isinstance(value, (ml_collections.ConfigDict, dict))
