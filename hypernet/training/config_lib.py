@@ -1,13 +1,12 @@
 """Config validation: fail before any training work, naming the field.
 
-Every experiment config starts from :func:`base_config`, which is also the *schema*:
-:func:`validate` checks a config against it (unknown fields with a "did you mean",
-missing fields, wrong types, ``None`` where a value is needed), then the value ranges and
-the impossible combinations it can see without building anything.
-:func:`check_target_patterns` checks the weight patterns against a built target
-network. New fields are added to :func:`base_config` with their defaults; a field whose
-default is ``None`` must be an ``ml_collections.config_dict.placeholder(type)`` so that
-it has a type (a plain ``None`` field cannot be overridden from the command line).
+Every experiment config starts from :func:`base_config`, which is also the *schema*
+:func:`validate` checks against, then the value ranges and impossible combinations it can
+see without building anything. The registries' entries own their fields: the hypernetwork
+kinds' and data loaders' arguments, their choices and which of them a run uses are read
+from source (``Registry.declared``, TensorFlow-free). Other new fields are added to
+:func:`base_config` with their defaults (a ``None`` default as
+``ml_collections.config_dict.placeholder(type)``, so that it has a type).
 """
 from __future__ import annotations
 
