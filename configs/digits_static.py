@@ -12,7 +12,7 @@ def get_config():
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv*/kernel"
   c.hypernet.z_dim = 4
-  c.hypernet.static_hidden_dim = 0
-  c.hypernet.slice_channels = (16, 16)
+  c.hypernet.hidden_dim = 0
+  c.hypernet.slice_in, c.hypernet.slice_out = 16, 16
   c.optim.lr = 1e-3            # its own setting (digits_hyper's chunked network uses 5e-3)
   return c

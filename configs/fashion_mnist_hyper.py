@@ -40,7 +40,7 @@ def get_config():
   # No centring of the generator's features at init (the init before issue 10): with 54
   # chunks of 4096 it measured 91.90% (seed 0) against 91.23% centred, seed 1: 91.50%
   # (experiments/RESULTS_hypernets.md). Centring stays the default (small chunks need it).
-  c.hypernet.chunk_center = False
+  c.hypernet.center = False
   # The chunked hypernetwork needs a larger step than direct training: at 1e-3 it
   # reached 90.9%, at 3e-3 91.9% (experiments/RESULTS_hypernets.md).
   c.optim.lr = 3e-3

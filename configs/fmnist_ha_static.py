@@ -12,9 +12,9 @@ def get_config():
   c = config_lib.sibling_config(__file__, "fmnist_ha_plain")
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv2/kernel"
-  c.hypernet.static_hidden_dim = 4
+  c.hypernet.hidden_dim = 4
   c.hypernet.z_dim = 4              # N_z = d = 4 (Ha et al. 2016, Sec. 4.1)
-  c.hypernet.slice_channels = (16, 16)
+  c.hypernet.slice_in, c.hypernet.slice_out = 16, 16
   # The hypernetwork needs a larger step than direct training: seed 0 at 1e-3 / 3e-3 /
   # 5e-3 / 1e-2: 86.85 / 88.97 / 89.48 / 89.60%; at 1e-2, seeds 0-2 average 89.62%, 0.43
   # below direct training at its best measured step (experiments/RESULTS_hypernets.md).

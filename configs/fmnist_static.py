@@ -13,5 +13,5 @@ def get_config():
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv*/kernel"
   c.hypernet.z_dim = 4
-  c.hypernet.slice_channels = (16, 16)
+  c.hypernet.slice_in, c.hypernet.slice_out = 16, 16
   return c

@@ -12,5 +12,5 @@ def get_config():
   c = config_lib.sibling_config(__file__, "fmnist_static")
   # 3 N_z + 16 (N_z d + d) + 144 d + 144 = 3 + 32 + 144 + 144 = 323 parameters.
   c.hypernet.z_dim = 1
-  c.hypernet.static_hidden_dim = 1
+  c.hypernet.hidden_dim = 1
   return c

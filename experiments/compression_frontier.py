@@ -11,9 +11,9 @@ generated scalars / trainable hypernetwork parameters (``params/compression_rati
 
 * chunked: generates every weight; its size is set by chunk size, chunk embedding size
   and generator width (0.5x to 17x); ``chunked_emb10``: the same points with
-  ``hypernet.chunk_emb_multiplier = 10`` (Adam steps the chunk embeddings 10x faster);
+  ``hypernet.emb_multiplier = 10`` (Adam steps the chunk embeddings 10x faster);
   ``chunked_emb10_pre``: those points with the output head's gradient K-FAC-preconditioned
-  (``hypernet.chunk_head_precondition = 1e-3``); ``chunked_linear``: a linear generator
+  (``hypernet.head_precondition = 1e-3``); ``chunked_linear``: a linear generator
   (``hypernet.hidden = ()``, no ReLU layer: a rank-``d_e + 1`` factorisation of the chunk
   matrix) at the same compressions, and ``chunked_linear_emb10_pre`` with both remedies;
 * static: generates the two conv kernels (4,752 weights; the dense layers are trained
@@ -70,17 +70,17 @@ POINTS = [
      {"hypernet.chunk_size": 512, "hypernet.chunk_emb_dim": 8, "hypernet.hidden": (8,)}, False),
     # static, the two conv kernels (4,752 weights): 3 N_z + 16 (N_z d + d) + 144 d + 144
     ("static", "static_z24", "fmnist_static",                   # 13,272: 0.36x
-     {"hypernet.z_dim": 24, "hypernet.static_hidden_dim": 24}, False),
+     {"hypernet.z_dim": 24, "hypernet.hidden_dim": 24}, False),
     ("static", "static_z12", "fmnist_static",                   # 4,404: 1.08x
-     {"hypernet.z_dim": 12, "hypernet.static_hidden_dim": 12}, False),
+     {"hypernet.z_dim": 12, "hypernet.hidden_dim": 12}, False),
     ("static", "static_z8", "fmnist_static",                    # 2,472: 1.92x
-     {"hypernet.z_dim": 8, "hypernet.static_hidden_dim": 8}, False),
+     {"hypernet.z_dim": 8, "hypernet.hidden_dim": 8}, False),
     ("static", "static_z4", "fmnist_static",                    # 1,052: 4.52x
-     {"hypernet.z_dim": 4, "hypernet.static_hidden_dim": 4}, True),
+     {"hypernet.z_dim": 4, "hypernet.hidden_dim": 4}, True),
     ("static", "static_z2", "fmnist_static",                    # 534: 8.90x
-     {"hypernet.z_dim": 2, "hypernet.static_hidden_dim": 2}, False),
+     {"hypernet.z_dim": 2, "hypernet.hidden_dim": 2}, False),
     ("static", "static_z1", "fmnist_static",                    # 323: 14.7x
-     {"hypernet.z_dim": 1, "hypernet.static_hidden_dim": 1}, True),
+     {"hypernet.z_dim": 1, "hypernet.hidden_dim": 1}, True),
     # MLP, all 105,866 weights: (d_h + 1) P heads, so below 1x by construction
     # No trunk (heads on a 1-d embedding): a trunk of one ReLU unit can start dead, and
     # then every generated weight is 0 and receives no gradient (measured: loss ln 10).
@@ -92,18 +92,18 @@ POINTS = [
     ("mlp", "mlp_h16", "fmnist_mlp", {"hypernet.hidden": (16,)}, False),    # 0.059x
 ]
 # The chunked points again with the chunk embeddings stepped 10x faster
-# (hypernet.chunk_emb_multiplier, the best of 1-100 at chunked_k2048_e32_h32).
+# (hypernet.emb_multiplier, the best of 1-100 at chunked_k2048_e32_h32).
 EMB_MULTIPLIER = 10
 EMB_KIND = f"chunked_emb{EMB_MULTIPLIER}"
 POINTS += [(EMB_KIND, f"{name}_m{EMB_MULTIPLIER}", config,
-            dict(overrides, **{"hypernet.chunk_emb_multiplier": EMB_MULTIPLIER}), key)
+            dict(overrides, **{"hypernet.emb_multiplier": EMB_MULTIPLIER}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == "chunked"]
-# And with the output head's gradient K-FAC-preconditioned (hypernet.chunk_head_precondition,
+# And with the output head's gradient K-FAC-preconditioned (hypernet.head_precondition,
 # damping 1e-3; hypernet/hypernetworks/chunked.py).
 HEAD_PRECONDITION = 1e-3
 PRE_KIND = f"{EMB_KIND}_pre"
 POINTS += [(PRE_KIND, f"{name}_pre", config,
-            dict(overrides, **{"hypernet.chunk_head_precondition": HEAD_PRECONDITION}), key)
+            dict(overrides, **{"hypernet.head_precondition": HEAD_PRECONDITION}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == EMB_KIND]
 # The chunked kind with a linear generator (``hypernet.hidden = ()``: chunk = W_out e_c +
 # b_out, a rank-(d_e + 1) factorisation of the [C, k] chunk matrix, as Ha et al.'s linear
@@ -128,8 +128,8 @@ POINTS += [(LINEAR_KIND, name, "fmnist_chunked", dict(overrides, **{"hypernet.hi
 # And with the embedding multiplier and the K-FAC head as in PRE_KIND.
 LINEAR_PRE_KIND = f"chunked_linear_emb{EMB_MULTIPLIER}_pre"
 POINTS += [(LINEAR_PRE_KIND, f"{name}_m{EMB_MULTIPLIER}_pre", config,
-            dict(overrides, **{"hypernet.chunk_emb_multiplier": EMB_MULTIPLIER,
-                               "hypernet.chunk_head_precondition": HEAD_PRECONDITION}), key)
+            dict(overrides, **{"hypernet.emb_multiplier": EMB_MULTIPLIER,
+                               "hypernet.head_precondition": HEAD_PRECONDITION}), key)
            for kind, name, config, overrides, key in list(POINTS) if kind == LINEAR_KIND]
 SMOKE = ["direct", "chunked_k1024_e16_h7", "static_z4", "mlp_e1"]
 DEFAULT_STEPS = {"full": 3000, "smoke": 40}

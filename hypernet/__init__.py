@@ -52,6 +52,7 @@ _EXPORTS = {
     "quantize_weights": "hypernet.core.ops:quantize_weights",
     "check_second_order": "hypernet.numerics.second_order:check_second_order",
     # Weight sources.
+    "WeightSource": "hypernet.core.source:WeightSource",
     "Hypernetwork": "hypernet.hypernetworks.base:Hypernetwork",
     "MLPHypernetwork": "hypernet.hypernetworks.mlp:MLPHypernetwork",
     "ChunkedHypernetwork": "hypernet.hypernetworks.chunked:ChunkedHypernetwork",

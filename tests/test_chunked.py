@@ -164,7 +164,7 @@ def test_linear_generator_is_a_rank_d_e_plus_1_factorisation():
   ratio = np.var(kernel.numpy()) / hinit.kernel_std("dense1/kernel", spec["dense1/kernel"].shape,
                                                     "hyperfan_in") ** 2
   assert 0.8 < ratio < 1.2, ratio
-  with pytest.raises(ValueError, match=r"hidden=\(\).*config.hypernet.hidden"):
+  with pytest.raises(ValueError, match=r"hidden=\(\).*hidden layer \(hidden=\(64,\)"):
     ChunkedHypernetwork(spec, hidden=(), num_conditions=3, condition_dim=4)
 
 
@@ -172,12 +172,18 @@ def test_errors():
   with pytest.raises(ValueError, match="target_spec is empty"):
     ChunkedHypernetwork({})
   spec = functional.weight_spec(_target(), "head/kernel")
-  with pytest.raises(ValueError, match="init mode 'he'"):
+  with pytest.raises(ValueError, match="init='he' is unknown"):
     ChunkedHypernetwork(spec, init="he")
   with pytest.raises(ValueError, match="chunk_size"):
     ChunkedHypernetwork(spec, chunk_size=0)
-  with pytest.raises(ValueError, match="config.hypernet.chunk_emb_multiplier"):
+  with pytest.raises(ValueError, match=r"^emb_multiplier \(0.0\) must be positive"):
     ChunkedHypernetwork(spec, emb_multiplier=0.0)
+  # A constructor's errors name its own arguments, never a config field.
+  for kwargs in (dict(emb_multiplier=0.0), dict(head_precondition=-1.0), dict(init="he"),
+                 dict(hidden=(), num_conditions=2, condition_dim=3)):
+    with pytest.raises(ValueError) as e:
+      ChunkedHypernetwork(spec, **kwargs)
+    assert "config" not in str(e.value), str(e.value)
 
 
 def test_head_precondition_solves_the_damped_normal_equations():
@@ -222,5 +228,5 @@ def test_head_precondition_solves_the_damped_normal_equations():
   np.testing.assert_allclose(pre[bias_path].numpy(), step[-1], rtol=1e-9, atol=1e-12)
   # And the plain head gradient is H1^T G, for contrast.
   np.testing.assert_allclose(plain[kernel_path].numpy(), h.T @ g, rtol=1e-9, atol=1e-12)
-  with pytest.raises(ValueError, match="chunk_head_precondition"):
+  with pytest.raises(ValueError, match="head_precondition"):
     ChunkedHypernetwork(spec, chunk_size=256, head_precondition=-1.0)

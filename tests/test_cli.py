@@ -48,7 +48,7 @@ def test_a_user_error_after_the_tensorflow_import_reads_like_a_flag_error(tmp_pa
   assert out.returncode == 1 and "Traceback" not in out.stderr
   last = out.stderr.strip().splitlines()[-1]
   assert last.startswith("train.py: error: config.hypernet.targets=") and \
-      "set config.hypernet.targets to conv kernels, e.g. 'conv*/kernel'" in last
+      "Select conv kernels only, e.g. 'conv*/kernel'" in last
   assert "ConfigError" not in out.stderr
   assert not workdir.exists()
 

@@ -11,7 +11,8 @@ import pytest
 from experiments import compression_frontier as cf
 from tests.test_experiments import assert_commands_give_the_runs_configs
 from hypernet.core import functional
-from hypernet.training import models, sources
+from hypernet.training import models
+from hypernet.hypernetworks import source as sources
 
 
 def test_points_have_the_stated_compression():

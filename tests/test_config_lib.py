@@ -150,13 +150,15 @@ def test_config_round_trips_through_the_workdir_json():
 
 
 def test_choices_agree_with_the_modules_that_use_them():
-  from hypernet.training import distribute, sources
+  from hypernet.training import distribute
+  from hypernet.hypernetworks import base
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
   from hypernet.training import meta_tasks
   assert config_lib.CHOICES["meta.learner"] == meta_tasks.LEARNERS
   assert config_lib.CHOICES["meta.bn_mode"] == meta_tasks.BN_MODES
-  assert config_lib.CHOICES["hypernet.kind"] == sources.KINDS
+  assert config_lib.CHOICES["hypernet.kind"] == ("none",) + base.KINDS.names()
+  assert config_lib.CHOICES["meta.body_hypernet"] == ("none",) + base.KINDS.names()
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
   from hypernet.training import continual_tasks
@@ -193,13 +195,6 @@ _NAN, _INF = float("nan"), float("inf")
 
 
 @pytest.mark.parametrize("name,field,value", [
-    ("digits_hyper", "hypernet.chunk_size", 0),
-    ("digits_hyper", "hypernet.chunk_size", -3),
-    ("digits_hyper", "hypernet.chunk_emb_dim", 0),
-    ("digits_hyper", "hypernet.hidden", (0,)),
-    ("digits_mlp", "hypernet.embedding_dim", 0),
-    ("digits_static", "hypernet.z_dim", 0),
-    ("digits_static", "hypernet.slice_channels", (16, 0)),
     ("digits_hyper", "optim.lr", -1.0),
     ("digits_hyper", "optim.lr", 0.0),
     ("digits_hyper", "optim.lr", _NAN),
@@ -222,9 +217,6 @@ _NAN, _INF = float("nan"), float("inf")
     ("digits_hyper", "model.dropout", -0.1),
     ("digits_hyper", "model.conv_widths", (32, 0)),
     ("digits_hyper", "model.name", "conv4"),
-    ("digits_conditional", "hypernet.num_conditions", -1),
-    ("digits_conditional", "hypernet.hidden", ()),    # A linear generator, conditioned.
-    ("split_fmnist_hnet", "hypernet.hidden", ()),
     ("omniglot_maml", "meta.num_ways", 0),
     ("omniglot_maml", "meta.num_shots", 0),
     ("omniglot_maml", "meta.inner_steps", 0),
@@ -253,6 +245,32 @@ def test_out_of_range_values_are_named_before_any_work(name, field, value):
 
 
 @pytest.mark.parametrize("name,field,value", [
+    ("digits_hyper", "hypernet.chunk_size", 0),
+    ("digits_hyper", "hypernet.chunk_size", -3),
+    ("digits_hyper", "hypernet.chunk_emb_dim", 0),
+    ("digits_hyper", "hypernet.hidden", (0,)),
+    ("digits_hyper", "hypernet.emb_multiplier", 0.0),
+    ("digits_mlp", "hypernet.embedding_dim", 0),
+    ("digits_static", "hypernet.z_dim", 0),
+    ("digits_static", "hypernet.slice_out", 0),
+    ("digits_conditional", "hypernet.num_conditions", -1),
+    ("digits_conditional", "hypernet.hidden", ()),    # A linear generator, conditioned.
+])
+def test_a_kinds_out_of_range_field_is_named_by_its_constructor(name, field, value):
+  """A kind's own ranges live in its constructor (one place); building the weight source
+  from the config names the field of config.hypernet (the argument's own name)."""
+  from hypernet.hypernetworks import source  # pylint: disable=g-import-not-at-top
+  from hypernet.training import models  # pylint: disable=g-import-not-at-top
+  c = _load(name)
+  _set(c, field, value)
+  config_lib.validate(c)
+  target = models.make_target(c.model, (8, 8, 1), 10)
+  named = field.split(".")[-1]
+  with pytest.raises(ValueError, match=rf"^config\.hypernet \(kind '\w+'\): .*{named}"):
+    source.build_weight_source(c, target)
+
+
+@pytest.mark.parametrize("name,field,value", [
     ("digits_hyper", "hypernet.hidden", ()),          # A linear generator.
     ("digits_hyper", "optim.grad_clip_norm", 0.0),     # 0: no clipping.
     ("digits_hyper", "model.dropout", 0.0),
@@ -269,6 +287,21 @@ def test_edge_values_that_are_valid(name, field, value):
   config_lib.validate(c)
 
 
+@pytest.mark.parametrize("old,new", [
+    ("chunk_emb_multiplier", "emb_multiplier"), ("chunk_center", "center"),
+    ("chunk_head_precondition", "head_precondition"), ("static_hidden_dim", "hidden_dim"),
+    ("slice_channels", "slice_in"), ("chunk_condition_per_chunk", "condition_per_chunk")])
+def test_a_renamed_hypernet_field_names_the_constructors_name(old, new):
+  """config.hypernet's fields are the kinds' constructor arguments by their own names; a
+  config written with the old prefixed names is told the new one."""
+  c = _load("digits_hyper")
+  c.hypernet[old] = 1
+  with pytest.raises(config_lib.ConfigError,
+                     match=rf"^config\.hypernet\.{old} is not a known field\. Did you mean "
+                           rf"config\.hypernet\.{new}\?"):
+    config_lib.validate(c)
+
+
 def test_continual_num_steps_past_the_sequence_names_both_fields():
   c = _load("split_fmnist_hnet")
   c.num_steps = 6000
@@ -280,8 +313,9 @@ def test_continual_num_steps_past_the_sequence_names_both_fields():
 
 @pytest.mark.parametrize("field,value,match", [
     # The static kind generates square conv kernels only.
-    ("hypernet.kind", "static", r"config\.hypernet\.targets=.* selects 'conv1/bias' .* "
-                                r"config\.hypernet\.kind='static' .* e\.g\. 'conv\*/kernel'"),
+    ("hypernet.kind", "static", r"config\.hypernet\.targets=.* \(config\.hypernet\.kind="
+                                r"'static'\): .* square conv kernels .* 'conv1/bias' has shape "
+                                r"\(32,\)\. Select conv kernels only, e\.g\. 'conv\*/kernel'"),
     # The sinusoid target (an MLP) has no conv layers.
     ("task", "sinusoid", r"config\.hypernet\.targets=.*the pattern 'conv\*/\*' matches no "
                          r"trainable weight of the target network 'mlp'"),

@@ -48,3 +48,47 @@ def test_continual_hypernetwork_keeps_earlier_tasks():
   assert kept["forgetting"] < 0.02, kept
   assert forgot["forgetting"] > kept["forgetting"] + 0.03, (kept, forgot)
   assert np.mean(forgot["final"]) < kept["mean_final"], (kept, forgot)
+
+
+# -- examples/own_hypernetwork: a user-written hypernetwork kind outside the package -------
+OWN_KIND = os.path.join(EXAMPLES, "own_hypernetwork")
+
+
+def _own_kind_env():
+  repo = os.path.dirname(EXAMPLES)
+  return dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [repo, OWN_KIND, os.environ.get("PYTHONPATH", "")]))
+
+
+def test_own_hypernetwork_kind_trains_through_the_command_line(tmp_path):
+  """config.hypernet.kind = "lowrank_hypernet:LowRankHypernetwork" with the kind's own
+  field config.hypernet.rank (overridden on the command line): 300 steps on the digits."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  out = subprocess.run(
+      [sys.executable, "-m", "hypernet.train", "--config=config.py", f"--workdir={tmp_path}",
+       "--config.num_steps=300", "--config.eval_every=0", "--config.hypernet.rank=8"],
+      cwd=OWN_KIND, env=_own_kind_env(), capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stderr[-3000:]
+  with open(tmp_path / "final_metrics.json") as f:
+    result = json.load(f)
+  assert result["step"] == 300 and result["accuracy"] > 0.85, result  # chance: 0.10
+  # Rank 8 factors of every weight of the digits CNN (conv 3x3x1x32, 3x3x32x64, dense
+  # 256x64, head 64x10 and the biases): (rows + cols) * 8 each.
+  shapes = [(9, 32), (1, 32), (288, 64), (1, 64), (256, 64), (1, 64), (64, 10), (1, 10)]
+  assert result["params/source"] == sum((r + c) * 8 for r, c in shapes), result
+  assert result["params/generated"] == result["params/target"]
+
+
+def test_own_hypernetwork_kind_trains_through_keras_fit(tmp_path):
+  """hn.keras.HyperModel(target, LowRankHypernetwork).fit(...), then save / load_model."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  out = subprocess.run(
+      [sys.executable, os.path.join(OWN_KIND, "keras_fit.py"), "--epochs=12",
+       f"--out={tmp_path}"], env=_own_kind_env(), capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stderr[-3000:]
+  accuracy = float(out.stdout.strip().rpartition(": ")[2])
+  assert accuracy > 0.85, out.stdout[-2000:]  # 397 held-out digits; chance: 0.10
+  assert (tmp_path / "lowrank.keras").exists()

@@ -200,7 +200,7 @@ def test_conditional_hypermodel_takes_the_condition_as_input(digits):
 
 def test_hypermodel_errors():
   target = _cnn()
-  with pytest.raises(ValueError, match="not a known kind"):
+  with pytest.raises(ValueError, match=r"HyperModel\(hypernetwork=.resnet.\) is not a known hypernetwork kind"):
     HyperModel(target, "resnet")
   with pytest.raises(ValueError, match="matches no"):
     HyperModel(target, "mlp", targets="nope/*")

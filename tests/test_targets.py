@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import models, sources
+from hypernet.training import models
+from hypernet.hypernetworks import source as sources
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 from hypernet.hypernetworks.mlp import MLPHypernetwork
 

@@ -1,17 +1,18 @@
 """Data: in-memory loaders (digits, IDX) and step-indexed ``tf.data`` pipelines."""
 from __future__ import annotations
 
-from hypernet.data.base import ImageClassificationData
+from hypernet.data.base import DATASETS, ImageClassificationData
 from hypernet.data.digits import load_digits
 
-__all__ = ["ImageClassificationData", "load_classification", "load_digits"]
+__all__ = ["DATASETS", "ImageClassificationData", "load_classification", "load_digits"]
 
 
 def load_classification(config) -> ImageClassificationData:
   """Loads the data set named by ``config.name`` (``config`` = ``config.data``).
 
-  Names: ``"digits"`` (embedded, no download), ``"fashion_mnist"`` and ``"mnist"``
-  (IDX files in ``config.data_dir``, default search ``/usr/share/datasets/<name>``),
+  Names: the registered loaders (:data:`~hypernet.data.base.DATASETS`: ``"digits"``
+  embedded, no download; ``"fashion_mnist"`` and ``"mnist"`` from IDX files in
+  ``config.data_dir``), each called with the fields of ``config`` its arguments name;
   ``"tfds:NAME"`` (TensorFlow Datasets) and ``"package.module:function"`` (user code),
   see :mod:`hypernet.data.plugins`.
 
@@ -20,17 +21,9 @@ def load_classification(config) -> ImageClassificationData:
       naming the field).
     FileNotFoundError: IDX files missing (names the folder and how to get them).
   """
-  if config.name == "digits":
-    return load_digits(test_fraction=config.test_fraction)
-  if config.name in ("fashion_mnist", "mnist"):
-    from hypernet.data.idx import load_idx_dataset
-    return load_idx_dataset(config.name, config.data_dir or None)
-  if str(config.name).startswith("tfds:"):
-    from hypernet.data import plugins
-    return plugins.load_tfds(config)
-  if ":" in str(config.name):
-    from hypernet.data import plugins
-    return plugins.load_function(config)
-  raise ValueError(f"config.data.name={config.name!r} is unknown; known: "
-                   "['digits', 'fashion_mnist', 'mnist', 'tfds:NAME', "
-                   "'package.module:function'].")
+  name = str(config.name)
+  if ":" in name:   # A plug-in: "tfds:NAME" or "package.module:function".
+    from hypernet.data import plugins  # pylint: disable=g-import-not-at-top
+    load = plugins.load_tfds if name.startswith(plugins.TFDS_PREFIX) else plugins.load_function
+    return load(config)
+  return DATASETS.build(name, config)

@@ -1,10 +1,21 @@
-"""In-memory image classification data: the container every loader returns."""
+"""In-memory image classification data: the container every loader returns, and the
+registry of the loaders (``config.data.name``)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Tuple
 
 import numpy as np
+
+from hypernet.core.registry import Registry
+
+# The built-in data sets by name: each loader registers itself in its module
+# (``@DATASETS.register("digits")``), so a new data set is one file in hypernet/data. Its
+# keyword arguments are config.data fields by their own names (``test_fraction``,
+# ``data_dir``); ``load_classification`` builds it from config.data. "tfds:NAME" and
+# "package.module:function" are plug-ins (hypernet/data/plugins.py).
+DATASETS = Registry("data set", "config.data.name", "hypernet.data",
+                    own="'tfds:NAME' or your own loader as 'package.module:function'")
 
 
 @dataclasses.dataclass(frozen=True)

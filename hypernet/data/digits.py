@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hypernet.data.base import ImageClassificationData
+from hypernet.data.base import DATASETS, ImageClassificationData
 
 
+@DATASETS.register("digits", exclude=("split_seed",))   # Fixed: runs stay comparable.
 def load_digits(test_fraction: float = 0.2, split_seed: int = 0) -> ImageClassificationData:
   """Loads the digits as ``[N, 8, 8, 1]`` uint8 images (0..16) with a stratified split.
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from hypernet.data.base import ImageClassificationData
+from hypernet.data.base import DATASETS, ImageClassificationData
 
 DEFAULT_DIRS = {
     "fashion_mnist": ("/usr/share/datasets/fashion-mnist",),
@@ -115,3 +115,17 @@ def load_idx_dataset(name: str = "fashion_mnist", directory: Optional[str] = Non
       name=name, x_train=arrays["x_train"][..., None], y_train=arrays["y_train"].astype(np.int32),
       x_test=arrays["x_test"][..., None], y_test=arrays["y_test"].astype(np.int32),
       num_classes=int(arrays["y_train"].max()) + 1, pixel_scale=1.0 / 255.0)
+
+
+@DATASETS.register("fashion_mnist")
+def load_fashion_mnist(data_dir: str = "") -> ImageClassificationData:
+  """Fashion-MNIST (Xiao et al. 2017) from the IDX files in ``data_dir`` (``""``: search
+  ``DEFAULT_DIRS``); see :func:`load_idx_dataset`."""
+  return load_idx_dataset("fashion_mnist", data_dir or None)
+
+
+@DATASETS.register("mnist")
+def load_mnist(data_dir: str = "") -> ImageClassificationData:
+  """MNIST (LeCun et al. 1998) from the IDX files in ``data_dir`` (``""``: search
+  ``DEFAULT_DIRS``); see :func:`load_idx_dataset`."""
+  return load_idx_dataset("mnist", data_dir or None)

@@ -1,33 +1,22 @@
-"""What every hypernetwork kind shares: the target spec, conditions, splitting, counts.
-
-A hypernetwork is a Keras model whose call returns ``{variable path: tensor}``, the
-weights of a *target network* (shapes taken from the target itself through
-:func:`hypernet.core.functional.weight_spec`). Every kind (:mod:`.mlp`, :mod:`.chunked`,
-:mod:`.static`) may be *conditional* (von Oswald et al. 2020, "Continual learning with
-hypernetworks", ICLR, Sec. 3: one learned task embedding per task; Ha, Dai & Le 2016
-call the unconditional case a "static" hypernetwork):
-
-* ``num_conditions = N > 0``: a learned table of condition (task) embeddings
-  ``[N, condition_dim]``; the call takes an integer condition id (``[]``) or a batch of
-  ids (``[S]``) and looks the embeddings up;
-* ``condition_dim = d > 0`` (with or without a table): the call also takes a given float
-  condition vector (``[d]``) or a batch of them (``[S, d]``);
-* neither: the call takes no condition (``hnet()`` or ``hnet(None)``).
-
-A batch of conditions gives a *batch of weight sets* in one forward pass: every
-generated tensor then has a leading axis ``S`` (run the target on them with
-:func:`hypernet.hypernetworks.batched.batched_functional_call`).
+"""What every hypernetwork kind shares: the target spec, conditions, splitting, counts, and
+the registry of kinds (:data:`KINDS`). How conditions and batches of weight sets work:
+docs/hypernetworks.md.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from hypernet.core import weight_roles
+from hypernet.core.registry import Registry
 
+# The hypernetwork kinds by name, filled by ``@KINDS.register(name)`` on each class; a
+# user's own subclass of :class:`Hypernetwork` is ``"package.module:Class"``.
+KINDS = Registry("hypernetwork kind", "config.hypernet.kind", "hypernet.hypernetworks",
+                 base="hypernet.hypernetworks.base:Hypernetwork")
 
 _warned_no_roles = []
 
@@ -63,9 +52,16 @@ class Hypernetwork(keras.Model):
     target_spec, paths, shapes, dtypes, sizes: the spec and its per-tensor pieces.
     num_generated: total generated scalars ``P`` (int).
 
+  A kind is registered with ``@KINDS.register("name")``; its constructor's keyword
+  arguments are the fields of ``config.hypernet`` by their own names, except
+  :attr:`config_exclude` (given by the builder, not the config). ``**kwargs`` passed on to
+  this constructor bring ``num_conditions`` and ``condition_dim``.
+
   Raises:
     ValueError: an empty ``target_spec`` or negative / inconsistent condition sizes.
   """
+
+  config_exclude = ("target_spec", "target_values", "seed", "dtype", "name")
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *, num_conditions: int = 0,
                condition_dim: int = 0, seed: int = 0, dtype=None,
@@ -73,13 +69,13 @@ class Hypernetwork(keras.Model):
     super().__init__(name=name, dtype=dtype)
     if not target_spec:
       raise ValueError("target_spec is empty: the hypernetwork has no weights to generate "
-                       "(check config.hypernet.targets).")
+                       "(check the patterns that selected them).")
     if num_conditions < 0 or condition_dim < 0:
       raise ValueError(f"num_conditions ({num_conditions}) and condition_dim "
                        f"({condition_dim}) must be >= 0.")
     if num_conditions > 0 and condition_dim <= 0:
       raise ValueError(f"num_conditions={num_conditions} needs condition_dim > 0 (the size "
-                       "of each learned condition embedding); set config.hypernet.condition_dim.")
+                       "of each learned condition embedding).")
     spec = weight_roles.WeightSpec(target_spec)
     if not spec.roles and not _warned_no_roles:
       _warn_no_roles(name)
@@ -97,6 +93,17 @@ class Hypernetwork(keras.Model):
       self.condition_embeddings = self.add_weight(
           shape=(self.num_conditions, self.condition_dim), name="condition_embeddings",
           initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed + 7919))
+
+  @classmethod
+  def check_target_spec(cls, target_spec: Mapping[str, Any]) -> None:
+    """Checks, before anything is built, that this kind can generate every weight of
+    ``target_spec`` (``{path: tf.TensorSpec or shape}``); the default accepts any. The
+    config check (``config.hypernet.targets``) calls it with the selected weights.
+
+    Raises:
+      ValueError: a weight the kind cannot generate (names its path and the fix).
+    """
+    del target_spec
 
   # -- conditions -----------------------------------------------------------------
   @property
@@ -291,8 +298,7 @@ def second_moment(x) -> float:
 def check_mode(init: str) -> None:
   from hypernet.hypernetworks import init as hinit  # pylint: disable=g-import-not-at-top
   if init not in hinit.MODES:
-    raise ValueError(f"init mode {init!r} is unknown; choose one of {hinit.MODES} "
-                     "(config.hypernet.init).")
+    raise ValueError(f"init={init!r} is unknown; choose one of {hinit.MODES}.")
 
 
 def stats_for(target_spec: Mapping[str, tf.TensorSpec],

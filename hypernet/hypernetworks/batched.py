@@ -1,31 +1,6 @@
 """A batch of weight sets in one forward pass: the target network with a leading
-weight-set axis on every generated weight.
-
-A conditional hypernetwork given ``S`` task ids, or a dynamic hypernetwork producing one
-weight set per example, returns every weight with a leading axis ``S``.
-:func:`batched_functional_call` runs the target on all ``S`` weight sets at once with
-``tf.vectorized_map`` (TensorFlow's ``pfor``, Agarwal 2019, "Static automatic batching in
-TensorFlow", ICML): the model is traced once and every op is rewritten into its batched
-form, so the result equals a Python loop over the weight sets (up to float rounding)
-at the cost of one batched pass.
-
-``pfor`` has no batched form of ``Conv2D`` whose *filter* varies across the loop, and
-batches ``DepthwiseConv2dNative`` only when input and filter both vary. While a batched
-call runs (and only then), two converters are added through pfor's converter registry
-(the extension point documented in ``tensorflow/python/ops/parallel_for/pfor.py``):
-
-* ``conv="grouped"`` (default where it can be differentiated): ``S`` kernels become one
-  *grouped convolution* with ``S`` groups -- input ``[B, H, W, S C_in]``, filter
-  ``[kh, kw, C_in, S C_out]`` -- the same arithmetic as ``S`` separate convolutions in
-  one kernel launch (Conv1D runs as Conv2D in TensorFlow, so it is covered too);
-* ``conv="im2col"``: every Keras ``Conv2D`` layer computes its convolution as im2col
-  (strided slices of the padded input, concatenated) and one matmul with the flattened
-  kernel, which pfor turns into a batched matmul. TensorFlow's CPU kernels cannot
-  differentiate grouped convolutions in float64 (they go through oneDNN, float32 only),
-  so float64 weights (finite-difference checks) take this path;
-* a depthwise convolution with a shared kernel or shared input is tiled over sets first.
-
-Everything is restored when the call returns.
+weight-set axis on every generated weight (``tf.vectorized_map`` with batched-conv
+converters). How it works: docs/hypernetworks.md.
 """
 from __future__ import annotations
 

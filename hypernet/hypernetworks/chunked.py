@@ -1,65 +1,7 @@
-"""Chunked hypernetwork (Ha, Dai & Le 2016, Sec. 3; von Oswald et al. 2020, "Continual
-learning with hypernetworks", Sec. 3.1 "chunking").
-
-All generated target weights are flattened into one vector and cut into ``C`` chunks of
-``chunk_size`` scalars. Each chunk ``c`` has a learned *chunk embedding* ``e_c``; one
-shared MLP generator maps every embedding to its chunk:
-
-    chunk_c = W_out . MLP(e_c) + b_out            (C chunks generated in one batched matmul)
-    theta   = concat(chunk_1..chunk_C)[:P] * gain + mean   (P = total generated scalars)
-    weights = split theta by tensor and reshape to the target's shapes
-
-so the trainable parameter count is ``C * d_e + |MLP| + d_h * chunk_size + chunk_size``,
-independent of how the ``P`` generated scalars are laid out; with ``chunk_size`` well
-below ``P`` it is smaller than ``P``.
-
-Chunk embedding multiplier: the chunk embeddings are the only per-chunk parameters, and
-at the generator's shared learning rate they learn slowly (Adam moves each coordinate by
-about ``lr`` per step whatever its scale, while the embeddings have unit scale: a relative
-step of ``lr``, where a directly trained dense kernel of std 0.025 moves by ``lr / 0.025``).
-With ``emb_multiplier = m`` the stored variable is ``e_c / m`` (initial std ``1 / m``) and
-the generator sees ``m`` times it: the same function and initial values, but Adam's
-relative step on the embeddings is ``m`` times larger (a parameter multiplier as in Yang
-et al. 2021, "Tensor Programs V"; under SGD the effective step would be ``m^2`` times
-larger instead). Measured on Fashion-MNIST (the `fmnist_chunked` target at 1.5x, 2,000
-steps, 3 seeds): m = 1, 3, 10, 30, 100 gave 87.72, 88.32, 88.59, 88.31, 87.71%; at the
-long budgets of `digits_hyper` and `fashion_mnist_hyper` m > 1 did not help
-(experiments/RESULTS_hypernets.md), so the default is 1.
-
-Head preconditioning: every chunk is ``W_out^T h_c + b_out``, so the generated weights
-of all chunks move together when ``W_out`` moves, and the output head's gradient
-``H^T G`` (``H``: the chunks' features ``[C, d_h]``, ``G``: the loss gradient of the raw
-chunks ``[C, k]``) is dominated by the features' largest directions. With
-``head_precondition = lam > 0`` the head's kernel and bias receive instead the damped
-least-squares solution ``(H1^T H1 + lam * tr(H1^T H1) / (d_h + 1) * I)^-1 H1^T G``
-(``H1 = [H, 1]``): the input-side factor of K-FAC's Kronecker-factored curvature of a
-linear layer (Martens & Grosse 2015, "Optimizing neural networks with Kronecker-factored
-approximate curvature", Sec. 3), exact here because the head's inputs are the same
-``C`` feature rows every step. A head step along it changes the generated chunks by the
-projection of ``G`` on the span of the features: with ``C <= d_h`` (no compression) the
-direct-training gradient itself. The forward pass and every other gradient are
-unchanged. Measured on Fashion-MNIST (``fmnist_chunked`` targets, 2,000 steps): at 0.52x
-it closed most of the gap to direct training (experiments/RESULTS_hypernets.md).
-
-Linear generator: with ``hidden=()`` the generator is linear, ``chunk_c = W_out e_c +
-b_out``, and the ``[C, k]`` chunk matrix is the factorisation ``[E, 1] [W_out; b_out]`` of
-rank ``<= d_e + 1`` (Ha et al.'s static hypernetwork is linear too). At the same rank and
-compression it trained faster than a ReLU layer on the Fashion-MNIST compression
-frontier (2,000 steps, direct training 90.03%: at 1.5x over 3 seeds 89.10% against
-87.72%, 89.35% against 88.78% with ``emb_multiplier=10`` and the K-FAC head; 1.4-2.9
-points above at every point from 0.5x to 17x; experiments/RESULTS_hypernets.md), but at
-the long budgets of ``digits_hyper`` (20 seeds) and ``fashion_mnist_hyper`` it was no
-better, so the default keeps a hidden layer. A conditional hypernetwork needs one: linear in ``[e_c ; condition]``, the
-condition would only add one vector to every chunk.
-
-Initialisation (hyperfan-style, Chang et al. 2020): ``W_out`` is drawn with variance
-``1 / (d_h * Var[h])`` where ``Var[h]`` is measured on the initial hidden activations of
-all chunk embeddings, and ``b_out = -W_out . mean(h)``, so each raw chunk element has
-zero mean over the chunks and unit variance at init (without the centring, the mean of
-the ReLU features repeats one pattern in every chunk); the fixed
-(non-trainable) per-element ``gain`` and ``mean`` then give every generated tensor the
-mean and standard deviation of :func:`hypernet.hypernetworks.init.target_statistics`
-(He or Glorot variance for kernels).
+"""Chunked hypernetwork (Ha, Dai & Le 2016, Sec. 3; von Oswald et al. 2020, Sec. 3.1
+"chunking"): one shared generator maps learned chunk embeddings to the chunks of all
+generated weights. Its equations, options (embedding multiplier, K-FAC head, linear
+generator) with their measurements, and initialisation: docs/hypernetworks.md.
 """
 from __future__ import annotations
 
@@ -72,6 +14,7 @@ import tensorflow as tf
 from hypernet.hypernetworks import base
 
 
+@base.KINDS.register("chunked")
 class ChunkedHypernetwork(base.Hypernetwork):
   """Generates a target network's weights chunk by chunk from learned chunk embeddings.
 
@@ -85,15 +28,15 @@ class ChunkedHypernetwork(base.Hypernetwork):
     chunk_size: scalars generated per chunk (the output width of the generator).
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
     hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
-      ``()``: a linear generator, ``chunk_c = W_out e_c + b_out`` (``d_h = d_e``; module
-      doc, "Linear generator"); unconditional only.
+      ``()``: a linear generator, ``chunk_c = W_out e_c + b_out`` (``d_h = d_e``;
+      docs/hypernetworks.md, "Linear generator"); unconditional only.
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     center: centre the generator's features at init (``b_out = -W_out . mean(h)``, see
       below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
     emb_multiplier: ``m > 0``; the chunk embeddings are stored divided by ``m`` and used
-      multiplied by it, so Adam steps them ``m`` times faster (module doc). ``1``: plain.
+      multiplied by it, so Adam steps them ``m`` times faster (docs/hypernetworks.md). ``1``: plain.
     head_precondition: ``lam >= 0``; ``> 0`` preconditions the output head's gradient by
-      the damped inverse of its input second moment (module doc), ``lam`` being the
+      the damped inverse of its input second moment (docs/hypernetworks.md), ``lam`` being the
       damping relative to the mean eigenvalue. ``0``: the plain gradient.
     num_conditions: the number of learned condition embeddings (see
       :class:`hypernet.hypernetworks.base.Hypernetwork`).
@@ -134,7 +77,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
     if self.condition_per_chunk:
       if condition_dim <= 0:
         raise ValueError("condition_per_chunk=True needs a condition: set condition_dim > 0 "
-                         "(config.hypernet.condition_dim, the size per chunk).")
+                         "(the size per chunk).")
       generated = sum(int(np.prod(s.shape)) for s in target_spec.values())
       condition_dim = -(-generated // int(chunk_size)) * int(condition_dim)
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
@@ -147,13 +90,13 @@ class ChunkedHypernetwork(base.Hypernetwork):
           "A chunked hypernetwork without hidden layers (hidden=()) is linear in its input "
           "[e_c ; condition], so a condition would only add one and the same vector to "
           "every chunk. Give a conditional chunked hypernetwork a hidden layer "
-          "(config.hypernet.hidden, e.g. (64,)).")
+          "(hidden=(64,), for instance).")
     if not emb_multiplier > 0:
       raise ValueError(f"emb_multiplier ({emb_multiplier}) must be positive "
-                       "(config.hypernet.chunk_emb_multiplier; 1 is the plain embedding).")
+                       "(1 is the plain embedding).")
     if not head_precondition >= 0:
       raise ValueError(f"head_precondition ({head_precondition}) must be >= 0 "
-                       "(config.hypernet.chunk_head_precondition; 0 is the plain gradient).")
+                       "(0 is the plain gradient).")
     self.chunk_size = int(chunk_size)
     self.emb_multiplier = float(emb_multiplier)
     self.head_precondition = float(head_precondition)

@@ -1,29 +1,6 @@
 """Hyperfan initialisation targets (Chang, Flokas & Lipson 2020, "Principled Weight
-Initialization for Hypernetworks", ICLR).
-
-A hypernetwork's generated weights should start with the variance a standard
-initialiser would give the target layer, or the target's activations explode or vanish
-at step 0. This module computes, for each generated tensor, the *target statistics*
-(mean, standard deviation) that the hypernetwork's output must have at initialisation:
-
-* ``"hyperfan_in"``: Var(W) = 2 / fan_in (He et al. 2015; keeps the forward signal
-  variance through ReLU layers, Chang et al. Sec. 4.1 "hyperfan-in");
-* ``"hyperfan_out"``: Var(W) = 2 / fan_out (keeps the backward signal variance, "hyperfan-out");
-* ``"glorot"``: Var(W) = 2 / (fan_in + fan_out) (Glorot & Bengio 2010).
-
-Kernels follow the mode, with the fans their *layer class* defines
-(:mod:`hypernet.core.weight_roles`: a DepthwiseConv2D kernel ``[3, 3, 64, 1]`` has fans
-``(9, 9)``, a transposed convolution's are read the other way round, an Embedding's are
-``(1, dim)``). Biases get the standard deviation of their layer's kernel (so they learn
-at a comparable rate) and mean 0. Every other tensor (BatchNorm gamma/beta, ...) gets
-the mean and standard deviation of the target variable's own initial value (gamma:
-mean 1), with a floor of 0.05 on the standard deviation so that zero-initialised
-tensors can still be learned.
-
-Roles come with the spec (:func:`hypernet.core.functional.weight_spec` returns a
-:class:`hypernet.core.weight_roles.WeightSpec`). A hand-written spec without roles falls back
-to its paths: a ``kernel`` leaf of rank >= 2 is a Dense/Conv kernel (fans by shape), a
-``bias`` leaf takes the standard deviation of its sibling kernel.
+Initialization for Hypernetworks", ICLR): the mean and standard deviation each generated
+tensor starts with. The rules per role: docs/hypernetworks.md.
 """
 from __future__ import annotations
 
@@ -55,7 +32,7 @@ def fans(path: str, shape) -> Tuple[int, int]:
 
 def kernel_std(path: str, shape, mode: str,
                kernel_fans: Optional[Tuple[int, int]] = None) -> float:
-  """Standard deviation a kernel should have at init under ``mode`` (see module doc).
+  """Standard deviation a kernel should have at init under ``mode`` (docs/hypernetworks.md).
 
   ``kernel_fans``: the kernel's ``(fan_in, fan_out)`` from its layer class; ``None``:
   by shape (:func:`fans`).
@@ -82,7 +59,7 @@ def target_statistics(initial_values: Mapping[str, np.ndarray],
     mode: one of :data:`MODES`.
     roles: ``{path: hypernet.core.weight_roles.WeightRole}`` (kind ``kernel`` / ``bias`` /
       ``other`` and fans, from the layer class); paths without one fall back to their
-      leaf name (see module doc).
+      leaf name (docs/hypernetworks.md).
 
   Raises:
     ValueError: for an unknown ``mode``.

@@ -1,33 +1,6 @@
-"""Full MLP hypernetwork: a shared MLP trunk and one linear output head per target tensor.
-
-The hypernetwork of Ha, Dai & Le 2016 in its plainest form, as in hypnettorch's
-``HMLP`` (von Oswald et al. 2020, "Continual learning with hypernetworks", ICLR):
-
-    x   = [z ; c]                    z: learned input embedding, c: condition (if any)
-    h   = MLP(x)                     ReLU hidden layers (He-normal), width d_h at the end
-    W_t = reshape(H_t h + b_t)       one linear head (H_t [d_h, |W_t|], b_t [|W_t|]) per tensor
-
-Each head has ``(d_h + 1) |W_t|`` parameters, so this kind *expands* the parameter count
-(compression ratio below 1): it is the reference kind, the others compress. The heads are
-stored side by side as the column blocks of one Dense layer ``[d_h, P]`` (one matmul;
-block ``t`` is ``H_t``, see :meth:`MLPHypernetwork.head_columns`).
-
-Initialisation (hyperfan, Chang, Flokas & Lipson 2020, "Principled Weight Initialization
-for Hypernetworks", ICLR, Sec. 4): the raw head output ``r_t[j] = sum_k H_t[j, k] h_k``
-has variance ``d_h Var(H_t) E[h^2]``; with ``E[h^2]`` measured on the initial trunk
-features (over all initial condition embeddings) every head is drawn with
-``Var(H_t) = 1 / (d_h E[h^2])`` and ``b_t = 0``, so ``r_t`` has unit variance. A fixed
-per-tensor gain and offset (constants, not parameters) give the generated tensor
-
-    W_t = sigma_t * r_t + mu_t
-
-the target mean ``mu_t`` (1 for BatchNorm gamma) and variance ``sigma_t^2`` of
-:mod:`hypernet.hypernetworks.init` (He ``2 / fan_in`` for hyperfan-in, ``2 / fan_out``
-for hyperfan-out, Glorot otherwise). Putting ``sigma_t`` in a constant rather than in the
-head's initial scale is the "equalised learning rate" of Karras et al. 2018 (ProGAN):
-with Adam a step moves ``W_t`` by about ``lr * sigma_t * sqrt(d_h)`` rather than
-``lr * ||h||_1``, which with the scale folded into ``H_t`` is 30x a direct-training step
-and diverges at ``lr = 1e-3`` (measured on digits).
+"""Full MLP hypernetwork: a shared MLP trunk and one linear output head per target tensor
+(Ha, Dai & Le 2016; hypnettorch's ``HMLP``). Its equations and initialisation:
+docs/hypernetworks.md.
 """
 from __future__ import annotations
 
@@ -40,6 +13,7 @@ import tensorflow as tf
 from hypernet.hypernetworks import base
 
 
+@base.KINDS.register("mlp")
 class MLPHypernetwork(base.Hypernetwork):
   """One output head per target tensor on a shared MLP trunk.
 
@@ -78,7 +52,7 @@ class MLPHypernetwork(base.Hypernetwork):
                        f"{tuple(hidden)} positive.")
     if embedding_dim == 0 and not self.conditional:
       raise ValueError("An unconditional MLP hypernetwork needs embedding_dim > 0 (its only "
-                       "input); set config.hypernet.embedding_dim.")
+                       "input).")
     stats = base.stats_for(self.target_spec, target_values, init)
     self.init_mode = init
     self.embedding_dim = int(embedding_dim)

@@ -32,16 +32,6 @@ from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
 
 
-def _kinds():
-  from hypernet.hypernetworks.chunked import ChunkedHypernetwork  # pylint: disable=g-import-not-at-top
-  from hypernet.hypernetworks.mlp import MLPHypernetwork  # pylint: disable=g-import-not-at-top
-  from hypernet.hypernetworks.static import StaticHypernetwork  # pylint: disable=g-import-not-at-top
-  return {"mlp": MLPHypernetwork, "chunked": ChunkedHypernetwork, "static": StaticHypernetwork}
-
-
-KINDS = ("mlp", "chunked", "static")
-
-
 def _save_variables(layer, extra, store) -> None:
   """``Layer.save_own_variables`` for the layer's own variables, then ``extra``."""
   own = list(layer._trainable_variables) + list(layer._non_trainable_variables)  # pylint: disable=protected-access
@@ -77,6 +67,16 @@ def _as_model(value, name: str) -> keras.Model:
   return value
 
 
+def _kind(spec) -> type:
+  """The hypernetwork class for a kind name, ``"package.module:Class"`` or a class."""
+  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
+  try:
+    return hn_base.KINDS.get(spec)
+  except plugins.PluginError as e:  # Its message names the config field; this is no config.
+    message = str(e).replace(f"{hn_base.KINDS.field}=", "HyperModel(hypernetwork=", 1)
+    raise ValueError(message.replace(f"{spec!r}", f"{spec!r})", 1)) from e
+
+
 @keras.saving.register_keras_serializable(package="hypernet")
 class HyperModel(keras.Model):
   """A ``keras.Model`` whose ``call`` runs ``target`` on weights a hypernetwork generates.
@@ -99,18 +99,20 @@ class HyperModel(keras.Model):
   Args:
     target: a built Keras model (Sequential, Functional, subclassed), or its serialised
       config.
-    hypernetwork: a kind name, ``"mlp"``, ``"chunked"`` or ``"static"``
-      (:mod:`hypernet.hypernetworks`, built for the ``targets`` weights of ``target``;
-      saved and reloaded by ``model.save`` / ``keras.models.load_model``), or a built
+    hypernetwork: a kind: a registered name (``"mlp"``, ``"chunked"``, ``"static"``,
+      :data:`hypernet.hypernetworks.base.KINDS`), ``"package.module:Class"``, or a
+      subclass of :class:`hypernet.hypernetworks.base.Hypernetwork` (built here for the
+      ``targets`` weights of ``target``; saved and reloaded by ``model.save`` /
+      ``keras.models.load_model``, which rebuild the same class); or a built
       :class:`hypernet.hypernetworks.base.Hypernetwork` for ``target`` (its
-      ``target_spec`` paths must be trainable weights of ``target``; such a model saves
-      only if the hypernetwork has a ``get_config``).
-    targets: glob / ``re:`` patterns of the generated target weights (kind names only),
-      see :func:`hypernet.core.functional.select_paths`.
+      ``target_spec`` paths must be trainable weights of ``target``; such a model does
+      not save whole).
+    targets: glob / ``re:`` patterns of the generated target weights (kinds only), see
+      :func:`hypernet.core.functional.select_paths`.
     train_rest: train the target weights that are not generated (else frozen).
     hypernetwork_args: keyword arguments of the kind's constructor (e.g. ``chunk_size``,
-      ``hidden``, ``num_conditions``, ``condition_dim``), kind names only.
-    seed: initialiser seed of the hypernetwork (kind names only).
+      ``hidden``, ``num_conditions``, ``condition_dim``), kinds only.
+    seed: initialiser seed of the hypernetwork (kinds only).
     **kwargs: ``keras.Model`` arguments (``name``).
 
   Raises:
@@ -125,24 +127,21 @@ class HyperModel(keras.Model):
     super().__init__(**kwargs)
     self.target = _as_model(target, "HyperModel(target=...)")
     self._kind_config = None
-    if isinstance(hypernetwork, str):
-      if hypernetwork not in KINDS:
-        raise ValueError(f"HyperModel(hypernetwork={hypernetwork!r}) is not a known kind; "
-                         f"use one of {list(KINDS)} or pass a built Hypernetwork.")
-      args = dict(hypernetwork_args or {})
-      for key in ("hidden", "slice_channels"):
-        if isinstance(args.get(key), list):
-          args[key] = tuple(args[key])
+    if isinstance(hypernetwork, (str, type)):
+      cls = _kind(hypernetwork)
+      # Saved configs hold JSON lists where the constructor was given tuples.
+      args = {k: tuple(v) if isinstance(v, list) else v
+              for k, v in dict(hypernetwork_args or {}).items()}
       spec = functional.weight_spec(self.target, targets)
       variables = functional.variable_paths(self.target)
       values = {p: variables[p].numpy() for p in spec}
-      self._kind_config = dict(hypernetwork=hypernetwork, targets=targets,
+      self._kind_config = dict(hypernetwork=hn_base.KINDS.name_of(cls), targets=targets,
                                hypernetwork_args=dict(args), seed=int(seed))
-      hypernetwork = _kinds()[hypernetwork](spec, target_values=values, seed=int(seed),
-                                            **args)
+      hypernetwork = cls(spec, target_values=values, seed=int(seed), **args)
     elif not isinstance(hypernetwork, hn_base.Hypernetwork):
-      raise TypeError("HyperModel(hypernetwork=...) must be a kind name "
-                      f"{list(KINDS)} or a hypernet Hypernetwork, got "
+      raise TypeError("HyperModel(hypernetwork=...) must be a kind (a name of "
+                      f"{list(hn_base.KINDS.names())}, 'package.module:Class' or a "
+                      "Hypernetwork subclass) or a built Hypernetwork, got "
                       f"{type(hypernetwork).__name__}.")
     self.hypernetwork = hypernetwork
     trainable = functional.variable_paths(self.target, trainable=True)

@@ -1,13 +1,12 @@
 """Config validation: fail before any training work, naming the field.
 
-Every experiment config starts from :func:`base_config`, which is also the *schema*:
-:func:`validate` checks a config against it (unknown fields with a "did you mean",
-missing fields, wrong types, ``None`` where a value is needed), then the value ranges and
-the impossible combinations it can see without building anything.
-:func:`check_target_patterns` checks the weight patterns against a built target
-network. New fields are added to :func:`base_config` with their defaults; a field whose
-default is ``None`` must be an ``ml_collections.config_dict.placeholder(type)`` so that
-it has a type (a plain ``None`` field cannot be overridden from the command line).
+Every experiment config starts from :func:`base_config`, which is also the *schema*
+:func:`validate` checks against, then the value ranges and impossible combinations it can
+see without building anything. The registries' entries own their fields: the hypernetwork
+kinds' and data loaders' arguments, their choices and which of them a run uses are read
+from source (``Registry.declared``, TensorFlow-free). Other new fields are added to
+:func:`base_config` with their defaults (a ``None`` default as
+``ml_collections.config_dict.placeholder(type)``, so that it has a type).
 """
 from __future__ import annotations
 
@@ -16,6 +15,31 @@ import difflib
 import math
 import numbers
 from typing import Any, Dict, List, Optional
+
+from hypernet.core import plugins
+from hypernet.core.registry import ConfigError, Registry  # ConfigError: one class for all.
+from hypernet.data.base import DATASETS   # TensorFlow-free: read with DATASETS.declared().
+
+# Groups whose fields are the constructor arguments of a registry's classes, by their own
+# names: group -> (the field that selects the class, the registry). Read from the source
+# (Registry.declared, no import), so validation stays TensorFlow-free. The group's defaults
+# are its builder's own fields (_BUILDER_FIELDS) plus the union of every entry's
+# constructor arguments; the fields a run uses are the selected entry's.
+# Hook for the learners: once hypernet/meta/learner.py registers them in LEARNERS, add
+#   "meta": ("learner", Registry("learner", "config.meta.learner", "hypernet.meta", ...)),
+# and move the learners' own fields out of _meta_defaults (the episode fields stay).
+SELECTED_GROUPS = {
+    "hypernet": ("kind", Registry("hypernetwork kind", "config.hypernet.kind",
+                                  "hypernet.hypernetworks",
+                                  base="hypernet.hypernetworks.base:Hypernetwork")),
+}
+# Where the entries' constructor defaults differ, or the config starts elsewhere: the
+# config's default (tests/test_registries.py checks every disagreement is listed here).
+_GROUP_DEFAULTS = {"hypernet": {"hidden": (64,), "condition_dim": 8}}
+# A group's fields that its builder reads, not the selected class's constructor
+# (hypernet/hypernetworks/source.py: build_weight_source, HypernetworkSource).
+_BUILDER_FIELDS = {"hypernet": ("kind", "targets", "train_rest", "quantize", "quantize_targets")}
+HYPERNET_KINDS = SELECTED_GROUPS["hypernet"][1]
 
 _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
                   "checkpoint_every", "checkpoint_keep")
@@ -35,13 +59,14 @@ CHOICES = {
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
-    "data.name": ("digits", "fashion_mnist", "mnist", "omniglot"),
+    # Omniglot feeds few-shot episodes only (hypernet/training/meta_tasks.py).
+    "data.name": DATASETS.declared_names() + ("omniglot",),
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
-    "hypernet.kind": ("none", "mlp", "chunked", "static"),
+    "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
     "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml"),
-    "meta.body_hypernet": ("none", "mlp", "chunked", "static"),
+    "meta.body_hypernet": ("none",) + HYPERNET_KINDS.declared_names(),
     "meta.bn_mode": ("transductive", "per_step", "inference"),
     "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
 }
@@ -50,7 +75,7 @@ CHOICES = {
 # Plug-ins (hypernet/core/plugins.py, docs/keras.md): these fields may also name user code
 # "package.module:attribute", and data.name a TensorFlow Datasets set "tfds:NAME",
 # model.name any "keras.applications.<Model>"; checked when the run builds them.
-PLUGIN_FIELDS = ("task", "data.name", "model.name")
+PLUGIN_FIELDS = ("task", "data.name", "model.name", "hypernet.kind", "meta.body_hypernet")
 
 
 def is_plugin_value(field: str, value) -> bool:
@@ -58,10 +83,6 @@ def is_plugin_value(field: str, value) -> bool:
   if field not in PLUGIN_FIELDS or not isinstance(value, str):
     return False
   return ":" in value or (field == "model.name" and value.startswith("keras.applications."))
-
-
-class ConfigError(ValueError):
-  """A config field is unknown, missing, of the wrong type or has an impossible value."""
 
 
 def _is_configdict(value) -> bool:
@@ -103,15 +124,39 @@ def _type_name(expected, key) -> str:
   return " or ".join(names)
 
 
+def _add_plugin_fields(config, schema) -> None:
+  """Adds to ``schema`` the fields of a plug-in class a selected group names
+  (``config.hypernet.kind = "pkg.mod:Class"``) that the config sets (read without
+  importing it; see :meth:`Registry.plugin_schema`).
+
+  Raises:
+    ConfigError: the plug-in cannot be found, or lacks a required field.
+  """
+  for group, (selector, registry) in SELECTED_GROUPS.items():
+    value = config.get(group, {}).get(selector)
+    if plugins.is_plugin(value):
+      try:
+        fields = registry.plugin_schema(value, config[group])
+      except ValueError as e:
+        raise ConfigError(str(e)) from e
+      for key, default in fields.items():
+        if key not in schema[group]:
+          schema[group][key] = default
+
+
 def _check_schema(config, schema, prefix: str) -> None:
   for key in config.keys():
     if key not in schema:
       close = difflib.get_close_matches(key, list(schema.keys()), n=1)
       hint = f" Did you mean config.{prefix}{close[0]}?" if close else ""
+      group = prefix[:-1]
+      where = (f"an argument of the constructor config.{group}.{SELECTED_GROUPS[group][0]} "
+               "names, or a field" if group in SELECTED_GROUPS else "A new field is")
       raise ConfigError(
           f"config{'.' if prefix else ''}{prefix}{key} is not a known field.{hint} Known "
           f"fields{' of config.' + prefix[:-1] if prefix else ''}: {sorted(schema.keys())}. "
-          "A new field is added to hypernet/training/config_lib.py:base_config() with its default.")
+          f"{where[0].upper() + where[1:]} added to "
+          "hypernet/training/config_lib.py:base_config() with its default.")
   for key in schema.keys():
     name = f"config.{prefix}{key}"
     if key not in config:
@@ -204,7 +249,9 @@ def _positive_ints(config, group: str, names, least: int = 1, hint: str = "") ->
 
 
 def _check_ranges(config) -> None:
-  """Value ranges of the fields the run reads (per task, model and hypernetwork kind)."""
+  """Value ranges of the fields the run reads (per task and model; a hypernetwork kind's
+  own ranges are checked by its constructor, :func:`hypernet.hypernetworks.source.
+  build_hypernetwork`, naming the same field)."""
   if not 0 <= config.seed < 2 ** 32:
     raise ConfigError(f"config.seed must be in [0, 2**32) (NumPy's seed range), got "
                       f"{config.seed}.")
@@ -226,7 +273,6 @@ def _check_ranges(config) -> None:
   _check_augment(config)
   if config.task != "sinusoid":
     _check_model(config)
-  _check_hypernet(config.hypernet, config.task)
   if config.task in _META_TASKS:
     _check_meta(config)
   if config.task == "continual":
@@ -252,46 +298,6 @@ def _check_model(config) -> None:
                         f"{m.dropout!r}.")
     if m.kernel_size <= 0:
       raise ConfigError(f"config.model.kernel_size must be positive, got {m.kernel_size}.")
-
-
-def _check_hypernet(h, task: str) -> None:
-  if h.kind == "none":
-    return
-  if h.num_conditions < 0:
-    raise ConfigError(f"config.hypernet.num_conditions must be >= 0 (0: unconditional), "
-                      f"got {h.num_conditions}.")
-  if h.num_conditions and h.condition_dim <= 0:
-    raise ConfigError(f"config.hypernet.condition_dim must be positive with num_conditions="
-                      f"{h.num_conditions}, got {h.condition_dim}.")
-  if h.kind in ("mlp", "chunked") and any(
-      not isinstance(w, numbers.Integral) or w <= 0 for w in h.hidden):
-    raise ConfigError(f"config.hypernet.hidden={tuple(h.hidden)}: hidden widths must be "
-                      "positive integers (() for a linear generator).")
-  conditional = h.num_conditions > 0 or task in ("multitask_classification", "continual")
-  if h.kind == "chunked" and not tuple(h.hidden) and conditional:
-    raise ConfigError(
-        "config.hypernet.hidden=() makes the chunked generator linear, and a conditional "
-        "one (config.hypernet.num_conditions > 0, multitask or continual tasks) would only "
-        "add one vector to every chunk per condition: give it a hidden layer, e.g. "
-        "--config.hypernet.hidden='(64,)'.")
-  if h.kind == "mlp" and (h.embedding_dim < 0 or (h.embedding_dim == 0 and not conditional)):
-    raise ConfigError(f"config.hypernet.embedding_dim must be positive (0 only for a "
-                      f"conditional hypernetwork, whose input is then the condition alone), "
-                      f"got {h.embedding_dim}.")
-  if h.kind == "chunked":
-    for name in ("chunk_size", "chunk_emb_dim"):
-      if h[name] <= 0:
-        raise ConfigError(f"config.hypernet.{name} must be positive (weights per generated "
-                          f"chunk / size of a chunk embedding), got {h[name]}.")
-  if h.kind == "static":
-    if h.z_dim <= 0 or h.static_hidden_dim < 0:
-      raise ConfigError(f"config.hypernet.z_dim must be positive and static_hidden_dim >= 0 "
-                        f"(0: z_dim), got {h.z_dim} and {h.static_hidden_dim}.")
-    channels = tuple(h.slice_channels)
-    if len(channels) != 2 or any(not isinstance(c, numbers.Integral) or c <= 0
-                                 for c in channels):
-      raise ConfigError(f"config.hypernet.slice_channels={channels} must be two positive "
-                        "integers (N_in, N_out), e.g. (16, 16).")
 
 
 def _check_augment(config) -> None:
@@ -413,57 +419,42 @@ def validate(config) -> None:
       out of range, or an impossible combination (a profiler window past
       ``num_steps``, a hypernetwork with no target patterns, ...).
   """
-  _check_schema(config, base_config(), "")
+  schema = base_config()
+  _add_plugin_fields(config, schema)
+  _check_schema(config, schema, "")
   _check_values(config)
 
 
 def check_target_patterns(config, target) -> None:
-  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight.
-
-  Args:
-    config: the experiment config.
-    target: the built target network (a Keras model).
-
-  The static kind (Ha et al. 2016) also needs every selected weight to be a square conv
-  kernel ``[f, f, in, out]``, all of one ``f``.
+  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight
+  of ``target`` (a built Keras model), and that the chosen kind can generate the selected
+  weights (its ``check_target_spec``: the static kind takes square conv kernels only).
 
   Raises:
-    ConfigError: naming ``config.hypernet.targets``, the pattern that matches nothing
-      and the target's trainable weight paths; or, for ``kind='static'``, the selected
-      weight that is not a square conv kernel (or of another size than the first).
+    ConfigError: naming ``config.hypernet.targets``: the pattern that matches nothing
+      (with the target's trainable weight paths), or the kind's objection and its fix.
   """
-  if config.hypernet.kind == "none":
+  kind = config.hypernet.kind
+  if kind == "none":
     return
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.hypernetworks.base import KINDS  # pylint: disable=g-import-not-at-top
   variables = functional.variable_paths(target, trainable=True)
-  paths = list(variables)
   targets = config.hypernet.targets
   patterns = [p.strip() for p in str(targets).split(",") if p.strip()]
   for pattern in patterns:
-    if not any(functional._matches(pattern, p) for p in paths):  # pylint: disable=protected-access
+    if not any(functional._matches(pattern, p) for p in variables):  # pylint: disable=protected-access
       raise ConfigError(
           f"config.hypernet.targets={targets!r}: the pattern {pattern!r} "
           f"matches no trainable weight of the target network {target.name!r}. Its "
-          f"trainable weights: {paths}.")
-  if config.hypernet.kind != "static":
-    return
-  selected = [p for p in paths if any(functional._matches(q, p) for q in patterns)]  # pylint: disable=protected-access
-  sizes = {}
-  for path in selected:
-    shape = tuple(variables[path].shape)
-    if len(shape) != 4 or shape[0] != shape[1]:
-      kernels = [p for p in paths if len(variables[p].shape) == 4]
-      raise ConfigError(
-          f"config.hypernet.targets={targets!r} selects {path!r} of shape {shape}, but "
-          "config.hypernet.kind='static' (Ha et al. 2016) generates square conv kernels "
-          "[f, f, in, out] only: set config.hypernet.targets to conv kernels, e.g. "
-          f"'conv*/kernel' (this target's: {kernels}).")
-    sizes.setdefault(shape[0], path)
-  if len(sizes) > 1:
-    raise ConfigError(
-        f"config.hypernet.targets={targets!r} selects conv kernels of different sizes "
-        f"({', '.join(f'{p!r} {f}x{f}' for f, p in sizes.items())}); one static "
-        "hypernetwork generates kernels of one size: select one size.")
+          f"trainable weights: {list(variables)}.")
+  selected = {p: v.shape for p, v in variables.items()
+              if any(functional._matches(q, p) for q in patterns)}  # pylint: disable=protected-access
+  try:
+    KINDS.get(kind).check_target_spec(selected)
+  except ValueError as e:
+    raise ConfigError(f"config.hypernet.targets={targets!r} (config.hypernet.kind="
+                      f"{kind!r}): {e}") from e
 
 
 def flatten(config, prefix: str = "") -> Dict[str, Any]:
@@ -487,18 +478,13 @@ _NOT_HPARAMS = ("summaries.", "fault.", "log_every", "console_every", "eval_ever
                 "checkpoint_every",
                 "checkpoint_keep", "deterministic", "jit_compile", "eval_batch_size",
                 "data.data_dir", "meta.parallel")
-_HYPERNET_KIND_FIELDS = {
-    "mlp": ("hidden", "embedding_dim"),
-    "chunked": ("hidden", "chunk_size", "chunk_emb_dim", "chunk_center",
-                "chunk_emb_multiplier", "chunk_head_precondition", "chunk_condition_per_chunk"),
-    "static": ("z_dim", "static_hidden_dim", "slice_channels"),
-}
 _MODEL_FIELDS = {
     "cnn": ("conv_widths", "kernel_size", "pool", "dense_widths", "batch_norm", "dropout",
             "kernel_l2"),
     "mobilenet_v2": ("alpha", "image_size", "bn_momentum"),
     "conv4": ("conv_widths",),
 }
+_LOADER_FIELDS = tuple(DATASETS.declared_defaults())
 _OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotations",
                   "image_size")
 
@@ -549,8 +535,8 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return False
     if name in _OMNIGLOT_DATA:
       return config.data.name == "omniglot"
-    if name == "test_fraction":
-      return config.data.name == "digits"
+    if name in _LOADER_FIELDS:
+      return name in DATASETS.declared().get(config.data.name, ())
     if name in ("tfds_train_split", "tfds_test_split"):
       return str(config.data.name).startswith("tfds:")
     if name in ("augment_rotation", "augment_scale", "augment_shear"):
@@ -565,26 +551,39 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return name in ("name", "image_size")
     return name == "name" or name in _MODEL_FIELDS.get(config.model.name, ())
   if group == "hypernet":
-    kind = config.hypernet.kind
-    if kind == "none" and meta and config.meta.learner == "support_hypernet" \
-        and config.meta.body_hypernet != "none":  # sizes the body's hypernetwork
-      kind = config.meta.body_hypernet
-      if name in ("kind", "targets", "train_rest", "num_conditions", "condition_dim",
-                  "quantize", "quantize_targets"):
-        return name == "kind"
-    if name == "kind" or kind == "none":
-      return name == "kind"
-    if name in ("condition_dim", "chunk_condition_per_chunk"):   # conditional runs only
-      return (config.hypernet.num_conditions > 0 or config.task == "continual") and (
-          name == "condition_dim" or kind == "chunked")
-    if name == "quantize_targets":
-      return config.hypernet.quantize != "none"
-    other_kinds = {f for k, fs in _HYPERNET_KIND_FIELDS.items() if k != kind for f in fs}
-    return name in _HYPERNET_KIND_FIELDS[kind] or name not in other_kinds
+    return _hypernet_field_used(config, name)
   if group == "optim":
     return {"weight_decay": config.optim.name == "adamw",
             "momentum": config.optim.name == "sgd"}.get(name, True)
   return True
+
+
+def _selected_fields(group: str, value) -> Dict[str, Any]:
+  """The constructor fields of the class ``value`` selects in ``group`` (none if it cannot
+  be read: validation has said so already)."""
+  try:
+    return SELECTED_GROUPS[group][1].declared_fields(value)
+  except ValueError:
+    return {}
+
+
+def _hypernet_field_used(config, name: str) -> bool:
+  """Whether the run reads ``config.hypernet.<name>``: the builder's fields, and the
+  chosen kind's constructor arguments (the condition ones when conditional)."""
+  kind = config.hypernet.kind
+  if kind == "none" and config.task in _META_TASKS and (
+      config.meta.learner == "support_hypernet" and config.meta.body_hypernet != "none"):
+    kind = config.meta.body_hypernet   # Its fields size the body's hypernetwork.
+    if name in _BUILDER_FIELDS["hypernet"] or name in ("num_conditions", "condition_dim"):
+      return name == "kind"
+  if name == "kind" or kind == "none":
+    return name == "kind"
+  if name in _BUILDER_FIELDS["hypernet"]:
+    return name != "quantize_targets" or config.hypernet.quantize != "none"
+  if name.startswith("condition_"):   # Conditional runs only.
+    conditional = config.hypernet.num_conditions > 0 or config.task == "continual"
+    return conditional and name in _selected_fields("hypernet", kind)
+  return name in _selected_fields("hypernet", kind)
 
 
 # -- console: the fields a run uses (TensorBoard's Text tab) -----------------------------
@@ -596,7 +595,8 @@ def _execution_field_used(config, field: str) -> bool:
   return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
           "summaries.profile_start": bool(s.profile_steps),
           "fault.max_skips": f.nonfinite == "skip",
-          "data.data_dir": config.data.name != "digits" and config.task != "sinusoid",
+          "data.data_dir": config.task != "sinusoid" and "data_dir" in DATASETS.declared().get(
+              config.data.name, {"data_dir": ""}),   # Omniglot and plug-ins read it too.
           }.get(field, True)
 
 
@@ -722,11 +722,21 @@ def base_config():
   c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
   c.jit_compile = "auto"       # auto (on for GPU/TPU, off on CPU) | true | false
   c.dtype_policy = "float32"   # float32 | mixed_bfloat16 | mixed_float16 (loss scaling)
+  _data_and_model_defaults(c)
+  c.hypernet = _hypernet_defaults()
+  _continual_defaults(c)
+  _meta_defaults(c)
+  _optim_and_run_defaults(c)
+  return c
 
+
+def _data_and_model_defaults(c) -> None:
+  import ml_collections  # pylint: disable=g-import-not-at-top
   c.data = ml_collections.ConfigDict()
-  c.data.name = "digits"       # digits | fashion_mnist | mnist
-  c.data.data_dir = ""         # IDX folder; "" searches /usr/share/datasets/<name>
-  c.data.test_fraction = 0.2   # digits only: held-out fraction per class
+  c.data.name = "digits"       # a registered data set (hypernet/data: DATASETS) | omniglot
+  # The loaders' arguments by their own names (read from source): data_dir (IDX, tfds,
+  # Omniglot folder; "" searches /usr/share/datasets/<name>), test_fraction (digits).
+  c.data.update(DATASETS.declared_defaults())
   c.data.augment_shift = 0     # random translation by up to this many pixels
   c.data.augment_flip = False  # random left-right flips
   # Few-shot meta-training episodes also: each drawing's own random affine map (Koch et
@@ -754,27 +764,10 @@ def base_config():
   c.model.image_size = 32      # mobilenet_v2: images are resized to this (>= 32)
   c.model.bn_momentum = 0.0    # mobilenet_v2: BatchNorm momentum (0: the application's 0.999)
 
-  c.hypernet = ml_collections.ConfigDict()
-  c.hypernet.kind = "none"     # none | mlp | chunked | static
-  c.hypernet.targets = "*"     # glob/regex patterns of generated target weights
-  c.hypernet.train_rest = True  # train target weights that are not generated
-  c.hypernet.init = "hyperfan_in"  # hyperfan_in | hyperfan_out | glorot
-  c.hypernet.hidden = (64,)    # mlp trunk / chunked generator hidden widths (chunked: () = linear)
-  c.hypernet.embedding_dim = 8  # mlp: learned input embedding size
-  c.hypernet.chunk_size = 1024  # chunked
-  c.hypernet.chunk_emb_dim = 32  # chunked
-  c.hypernet.chunk_center = True  # chunked: centre the generator's features at init
-  c.hypernet.chunk_emb_multiplier = 1.0  # chunked: Adam steps the chunk embeddings this x faster
-  c.hypernet.chunk_head_precondition = 0.0  # chunked: > 0 K-FAC-preconditions the head (damping)
-  c.hypernet.chunk_condition_per_chunk = False  # chunked: a condition_dim row per chunk
-  c.hypernet.z_dim = 4         # static (Ha et al. 2016): layer embedding size N_z
-  c.hypernet.static_hidden_dim = 0  # static: d (0: d = N_z)
-  c.hypernet.slice_channels = (16, 16)  # static: (N_in, N_out) of one basic kernel tile
-  c.hypernet.num_conditions = 0  # > 0: conditional, one learned embedding per task id
-  c.hypernet.condition_dim = 8   # size of a task embedding
-  c.hypernet.quantize = "none"   # none | binary | ternary | int8 (straight-through)
-  c.hypernet.quantize_targets = "*kernel"  # generated paths that are quantised
 
+
+def _continual_defaults(c) -> None:
+  import ml_collections  # pylint: disable=g-import-not-at-top
   # task = "multitask_classification": the batch is split among num_conditions tasks;
   # task t relabels class y as (y + t) mod num_classes when label_shift is set.
   c.multitask = ml_collections.ConfigDict()
@@ -801,6 +794,10 @@ def base_config():
   c.continual.task_inference = "entropy"  # CL3: entropy (HNET+ENT; heads' arg-max for
                                        # finetune / ewc) | ppca (per-task input densities)
   c.continual.ppca_components = 20     # ppca: principal components per task
+
+
+def _meta_defaults(c) -> None:
+  import ml_collections  # pylint: disable=g-import-not-at-top
 
   # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/training/meta_tasks.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the
@@ -863,6 +860,10 @@ def base_config():
   c.meta.train_before_metrics = False  # also log loss/accuracy_before in training (one
   # more query pass per task); evaluation always reports them
   c.meta.mlp_widths = (40, 40)  # sinusoid regressor (ReLU), Finn et al. 2017 Sec. 5.1
+  _meta_algorithm_defaults(c)
+
+
+def _meta_algorithm_defaults(c) -> None:
   # Meta-learning algorithms (hypernet/meta/implicit.py, inner_loop.py, per_step_bn.py;
   # docs/meta_learning_bn.md).
   c.meta.imaml_lambda = 1.0    # learner "imaml" (Rajeswaran et al. 2019): the proximal
@@ -882,6 +883,10 @@ def base_config():
   # inference (running statistics at meta-test)
   c.meta.per_step_bn_weights = False  # conv4: per-step BatchNorm gamma/beta (MAML++)
   # (Cosine annealing of the meta learning rate: config.optim.schedule = "cosine".)
+
+
+def _optim_and_run_defaults(c) -> None:
+  import ml_collections  # pylint: disable=g-import-not-at-top
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adam"        # adam | adamw | sgd
@@ -909,4 +914,19 @@ def base_config():
   c.fault.max_skips = 10       # skip mode: stop after this many skipped steps
   c.fault.handle_signals = True  # SIGTERM/SIGINT: save a checkpoint, then exit
   c.fault.lock_workdir = True  # refuse a second training job on the same workdir
-  return c
+
+
+def _hypernet_defaults():
+  """``config.hypernet``: the weight source's own fields, then every hypernetwork kind's
+  constructor arguments by their own names (hypernet/hypernetworks/*.py, read from
+  source; :data:`SELECTED_GROUPS`), with :data:`_GROUP_DEFAULTS` where the config starts
+  elsewhere. A kind reads the fields its constructor names (docs/hypernetworks.md)."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  h = ml_collections.ConfigDict()
+  h.kind = "none"        # none | a registered kind (mlp | chunked | static) | pkg.mod:Class
+  h.targets = "*"        # glob/regex patterns of generated target weights
+  h.train_rest = True    # train target weights that are not generated
+  h.quantize = "none"    # none | binary | ternary | int8 (straight-through)
+  h.quantize_targets = "*kernel"  # generated paths that are quantised
+  h.update(HYPERNET_KINDS.declared_defaults(_GROUP_DEFAULTS["hypernet"]))
+  return h

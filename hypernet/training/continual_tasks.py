@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources, task_protocol
+from hypernet.hypernetworks import source as sources
+from hypernet.training import models, objectives, task_protocol
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline

@@ -73,7 +73,8 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import models, sources, task_protocol
+from hypernet.hypernetworks import source as sources
+from hypernet.training import models, task_protocol
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from hypernet import data as data_lib
 from hypernet.core import functional
-from hypernet.training import models, objectives, sources
+from hypernet.hypernetworks import source as sources
+from hypernet.training import models, objectives
 from hypernet.training.task_protocol import (  # pylint: disable=unused-import
     TASK_INTERFACE, Task, TaskAdapter, as_task, missing_members)
 from hypernet.data import pipeline

@@ -1,0 +1,314 @@
+"""No drift: every registered hypernetwork kind is reached from the command line's config
+validation, the Trainer's weight-source builder and ``hn.keras.HyperModel``, every
+registered data set from config validation and ``load_classification``, and the
+TensorFlow-free reading of the entries' fields (``Registry.declared``, used by the config
+schema) agrees with the imported constructors and loaders (``Registry.config_fields``)."""
+import functools
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hypernet as hn
+from hypernet import data as data_lib
+from hypernet.core import functional
+from hypernet.hypernetworks import base
+from hypernet.hypernetworks import source
+from hypernet.training import config_lib, models
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OWN_KIND = os.path.join(REPO, "examples", "own_hypernetwork")
+PLUGIN = "lowrank_hypernet:LowRankHypernetwork"
+KINDS = base.KINDS.names()
+DATASETS = data_lib.DATASETS.names()
+
+
+@pytest.fixture
+def own_kind_on_path(monkeypatch):
+  monkeypatch.syspath_prepend(OWN_KIND)
+
+
+def _target():
+  return models.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,))
+
+
+def _config(kind):
+  c = config_lib.base_config()
+  c.hypernet.kind = kind
+  c.hypernet.targets = "conv*/kernel"   # Every kind (static too) generates conv kernels.
+  return c
+
+
+def test_the_registry_lists_the_kinds_and_the_schema_reads_the_same_ones():
+  assert KINDS == ("chunked", "mlp", "static")
+  assert {n: c.__name__ for n, c in base.KINDS.items()} == {
+      "chunked": "ChunkedHypernetwork", "mlp": "MLPHypernetwork",
+      "static": "StaticHypernetwork"}
+  twin = config_lib.SELECTED_GROUPS["hypernet"][1]
+  assert (twin.family, twin.field, twin.package, twin.base) == (
+      base.KINDS.family, base.KINDS.field, base.KINDS.package, base.KINDS.base)
+  assert twin.declared_names() == KINDS
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_static_fields_agree_with_the_imported_constructor(kind):
+  declared = base.KINDS.declared()[kind]
+  assert declared == base.KINDS.config_fields(kind)
+  assert "target_spec" not in declared and "seed" not in declared
+  # Every field is in config.hypernet by its own name, with the constructor's default
+  # unless the config starts elsewhere (listed in _GROUP_DEFAULTS).
+  group = config_lib.base_config().hypernet
+  overrides = config_lib._GROUP_DEFAULTS["hypernet"]  # pylint: disable=protected-access
+  for field, default in declared.items():
+    assert field in group, field
+    assert group[field] == overrides.get(field, default), field
+
+
+def test_plugin_fields_read_statically_agree_with_the_imported_class(own_kind_on_path):
+  declared = base.KINDS.declared_fields(PLUGIN)
+  assert declared == {"rank": 4, "init": "hyperfan_in", "num_conditions": 0,
+                      "condition_dim": 0}   # The last two through **kwargs from the base.
+  assert declared == base.KINDS.config_fields(PLUGIN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_passes_the_command_lines_validation(kind):
+  c = _config(kind)
+  config_lib.validate(c)
+  used = config_lib.used_fields(c)
+  fields = base.KINDS.config_fields(kind)
+  # The run reads exactly the kind's fields (condition ones only when conditional).
+  kind_fields = {k[len("hypernet."):] for k in used if k.startswith("hypernet.")} - {
+      "kind", "targets", "train_rest", "quantize"}
+  assert kind_fields == {f for f in fields if not f.startswith("condition_")}, kind_fields
+
+
+def test_validation_reads_the_kinds_without_tensorflow(own_kind_on_path):
+  code = ("import sys; from hypernet.training import config_lib as c; "
+          "k = c.base_config(); k.hypernet.kind = 'static'; c.validate(k); "
+          f"k.hypernet.kind = {PLUGIN!r}; k.hypernet.rank = 8; c.validate(k); "
+          "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; "
+          "print('TF-FREE', c.CHOICES['hypernet.kind'])")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, OWN_KIND]))
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "TF-FREE ('none', 'chunked', 'mlp', 'static')" in out.stdout
+
+
+def test_a_plugin_kinds_own_fields_are_accepted_and_others_refused(own_kind_on_path):
+  c = _config(PLUGIN)
+  config_lib.validate(c)   # rank has a default: the config may leave it out.
+  c.hypernet.rank = 8
+  config_lib.validate(c)
+  assert config_lib.used_fields(c)["hypernet.rank"] == 8
+  c.hypernet.rnak = 3
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.hypernet\.rnak is not a known field\. Did you mean "
+                           r"config\.hypernet\.rank\?") as e:
+    config_lib.validate(c)
+  assert "\n" not in str(e.value)
+  del c.hypernet["rnak"]
+  with c.ignore_type():
+    c.hypernet.rank = "8"
+  with pytest.raises(config_lib.ConfigError, match=r"config\.hypernet\.rank='8' has type str"):
+    config_lib.validate(c)
+  c.hypernet.kind = "lowrank_hypernet:NoSuchClass"
+  with pytest.raises(config_lib.ConfigError, match="defines no class 'NoSuchClass'"):
+    config_lib.validate(c)
+  c.hypernet.kind = "no_such_module:Kind"
+  with pytest.raises(config_lib.ConfigError, match="no module 'no_such_module' on the path"):
+    config_lib.validate(c)
+
+
+@pytest.mark.parametrize("kind", KINDS + (PLUGIN,))
+def test_every_kind_builds_through_the_trainers_weight_source(kind, monkeypatch,
+                                                              own_kind_on_path):
+  """build_weight_source hands the kind exactly config.hypernet's fields that its
+  constructor names, by name; the target runs on the generated weights."""
+  c = _config(kind)
+  if kind == PLUGIN:
+    c.hypernet.rank = 3
+  c.hypernet.init = "glorot"
+  cls = base.KINDS.get(kind)
+  received = {}
+  original = cls.__init__
+
+  @functools.wraps(original)
+  def spy(self, *args, **kwargs):
+    received.update(kwargs)
+    original(self, *args, **kwargs)
+
+  monkeypatch.setattr(cls, "__init__", spy)
+  target = _target()
+  weight_source = source.build_weight_source(c, target)
+  assert isinstance(weight_source, hn.WeightSource)
+  assert type(weight_source.hypernetwork) is cls
+  fields = base.KINDS.config_fields(kind)
+  expected = {k: c.hypernet[k] for k in fields if k != "condition_dim"}
+  assert {k: received[k] for k in expected} == expected
+  assert received["condition_dim"] == 0   # Unconditional (num_conditions=0).
+  assert weight_source.generated_paths == ["conv1/kernel", "conv2/kernel"]
+  x = tf.random.normal([2, 8, 8, 1])
+  out = functional.functional_call(target, weight_source.weights(), x)
+  assert out.shape == (2, 10) and np.all(np.isfinite(out.numpy()))
+
+
+@pytest.mark.parametrize("kind", KINDS + (PLUGIN, "class"))
+def test_every_kind_trains_and_round_trips_through_keras(kind, own_kind_on_path):
+  if kind == "class":   # The class itself, as a user passes their own.
+    import lowrank_hypernet  # pylint: disable=g-import-not-at-top
+    kind = lowrank_hypernet.LowRankHypernetwork
+  keras.utils.set_random_seed(0)
+  model = hn.keras.HyperModel(_target(), kind, targets="conv*/kernel")
+  model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  x = np.random.default_rng(0).normal(size=(16, 8, 8, 1)).astype("float32")
+  y = np.arange(16) % 10
+  before = [v.numpy().copy() for v in model.hypernetwork.trainable_variables]
+  model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  assert any(not np.array_equal(b, v.numpy())
+             for b, v in zip(before, model.hypernetwork.trainable_variables))
+  config = model.get_config()
+  name = base.KINDS.name_of(type(model.hypernetwork))
+  assert config["hypernetwork"] == name == (kind if isinstance(kind, str) else PLUGIN)
+  rebuilt = hn.keras.HyperModel.from_config(config)
+  assert type(rebuilt.hypernetwork) is type(model.hypernetwork)
+  assert [v.shape for v in rebuilt.hypernetwork.trainable_variables] == \
+      [v.shape for v in model.hypernetwork.trainable_variables]
+
+
+def test_a_constructors_error_reads_as_one_line_naming_the_field(tmp_path):
+  """A kind's range lives in its constructor; the command line prints its error as one
+  line naming config.hypernet and the argument (the field of the same name), and leaves
+  no workdir behind."""
+  out = subprocess.run(
+      [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
+       f"--workdir={tmp_path / 'run'}", "--config.hypernet.chunk_size=0"],
+      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+      timeout=300)
+  assert out.returncode == 1, out.stderr[-2000:]
+  last = out.stderr.strip().splitlines()[-1]
+  assert last == ("train.py: error: config.hypernet (kind 'chunked'): chunk_size (0), "
+                  "chunk_emb_dim (32) and hidden (14,) must be positive."), out.stderr[-2000:]
+  assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()
+
+
+# -- data sets (hypernet/data: DATASETS) ----------------------------------------------------
+def test_the_registry_lists_the_data_sets_and_the_schema_reads_the_same_ones():
+  assert DATASETS == ("digits", "fashion_mnist", "mnist")
+  assert {n: f.__name__ for n, f in data_lib.DATASETS.items()} == {
+      "digits": "load_digits", "fashion_mnist": "load_fashion_mnist", "mnist": "load_mnist"}
+  assert data_lib.DATASETS.declared_names() == DATASETS
+  assert config_lib.CHOICES["data.name"] == DATASETS + ("omniglot",)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_a_data_sets_static_fields_agree_with_the_imported_loader(name):
+  declared = data_lib.DATASETS.declared()[name]
+  assert declared == data_lib.DATASETS.config_fields(name)
+  group = config_lib.base_config().data
+  for field, default in declared.items():   # In config.data by its own name and default.
+    assert group[field] == default, field
+  assert "split_seed" not in data_lib.DATASETS.declared()["digits"]   # Excluded: fixed.
+
+
+def _data_config(name, data_dir):
+  c = config_lib.base_config()
+  c.data.name = name
+  if name != "digits":
+    folder = data_dir / name.replace("_", "-")
+    if not folder.is_dir():
+      pytest.skip(f"{name}: no IDX files in {folder} (the shared test data lacks them).")
+    c.data.data_dir = str(folder)
+  return c
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_every_data_set_passes_validation_and_loads(name, data_dir, monkeypatch):
+  """Validation accepts the name and counts exactly the loader's own fields as used;
+  load_classification calls the registered loader with those fields of config.data."""
+  c = _data_config(name, data_dir)
+  config_lib.validate(c)
+  used = config_lib.used_fields(c)
+  loader_fields = set(config_lib.DATASETS.declared_defaults())
+  assert {f for f in loader_fields if f"data.{f}" in used} == set(
+      data_lib.DATASETS.declared()[name])
+  received = {}
+  loader = data_lib.DATASETS.get(name)
+
+  @functools.wraps(loader)   # The loader's signature: build reads its fields from it.
+  def spy(**kwargs):
+    received.update(kwargs)
+    return loader(**kwargs)
+
+  monkeypatch.setitem(data_lib.DATASETS._classes, name, spy)  # pylint: disable=protected-access
+  c.data.test_fraction = 0.25
+  d = data_lib.load_classification(c.data)
+  assert received == {k: c.data[k] for k in data_lib.DATASETS.declared()[name]}
+  assert d.name == name and d.num_classes == 10
+  assert len(d.x_train) and len(d.x_test) and d.x_train.dtype == np.uint8
+  if name == "digits":   # test_fraction reaches the loader: 25% of each class held out.
+    assert len(d.x_test) == 450 and len(d.x_train) == 1797 - 450
+
+
+def test_an_unknown_data_set_lists_the_registered_ones():
+  c = config_lib.base_config()
+  c.data.name = "cifar"
+  with pytest.raises(config_lib.ConfigError, match=r"config\.data\.name='cifar' is not one "
+                     r"of \['digits', 'fashion_mnist', 'mnist', 'omniglot'\]"):
+    config_lib.validate(c)
+  with pytest.raises(ValueError, match=r"^config\.data\.name='cifar' is not a known data set; "
+                     r"known: \['digits', 'fashion_mnist', 'mnist'\], or 'tfds:NAME' or your "
+                     r"own loader as 'package\.module:function'\.$"):
+    data_lib.load_classification(c.data)
+
+
+def test_a_function_registry_builds_plugins_and_reads_them_from_source(tmp_path,
+                                                                        monkeypatch):
+  """Functions as entries: a plug-in function's fields read from source agree with its
+  signature, build calls it with the group's fields it names, and a non-callable plug-in
+  is refused naming the field."""
+  (tmp_path / "my_sets.py").write_text(
+      "SIZE = 3\n"
+      "def load_ones(size=4, data_dir='', *, seed=0):\n"
+      "  return [1] * size, data_dir, seed\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  registry = data_lib.DATASETS
+  assert registry.declared_fields("my_sets:load_ones") == {"size": 4, "data_dir": "",
+                                                           "seed": 0}
+  assert registry.config_fields("my_sets:load_ones") == {"size": 4, "data_dir": "", "seed": 0}
+  assert registry.build("my_sets:load_ones", {"size": 2, "other": 1}, seed=5) == (
+      [1, 1], "", 5)
+  with pytest.raises(ValueError, match=r"config\.data\.name='my_sets:SIZE': 'SIZE' is a "
+                                       r"int, not a function or class"):
+    registry.get("my_sets:SIZE")
+
+
+def test_the_config_check_asks_the_chosen_kind_which_weights_it_can_generate(tmp_path,
+                                                                           monkeypatch):
+  """check_target_patterns calls the kind's check_target_spec with the selected weights'
+  shapes (any kind, a plug-in too), and reports its objection naming the field."""
+  (tmp_path / "picky_kind.py").write_text(
+      "from hypernet.hypernetworks import mlp\n"
+      "class KernelsOnly(mlp.MLPHypernetwork):\n"
+      "  @classmethod\n"
+      "  def check_target_spec(cls, target_spec):\n"
+      "    for path, shape in target_spec.items():\n"
+      "      if len(shape) < 2:\n"
+      "        raise ValueError(f'{path!r} of shape {tuple(shape)} is no kernel.')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  c = _config("picky_kind:KernelsOnly")
+  config_lib.check_target_patterns(c, _target())   # conv*/kernel: accepted.
+  c.hypernet.targets = "conv*/*"
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.hypernet\.targets='conv\*/\*' \(config\.hypernet\.kind="
+                           r"'picky_kind:KernelsOnly'\): 'conv1/bias' of shape \(4,\) is no "
+                           r"kernel\.$"):
+    config_lib.check_target_patterns(c, _target())
+  c.hypernet.kind = "mlp"   # The default hook accepts any weight.
+  config_lib.check_target_patterns(c, _target())
