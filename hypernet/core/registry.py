@@ -39,10 +39,10 @@ class Registry:
   *Config fields*: an entry's constructor keyword arguments are the fields of its config
   group, by their own names (:meth:`config_fields`), except those the class lists in a
   class attribute ``config_exclude`` or ``register(name, exclude=...)`` names (arguments
-  that do not come from a config: a target spec, a seed, a dtype, a name). :meth:`declared` reads the same fields from the source
-  files with :mod:`ast`, without importing anything (the command line validates configs
-  before TensorFlow is imported); every such argument needs a literal default (or none,
-  when the config must give it).
+  that do not come from a config: a target spec, a seed, a dtype, a name).
+  :meth:`declared` reads the same fields from the source files with :mod:`ast`, without
+  importing anything (the command line validates configs before TensorFlow is imported);
+  every such argument needs a literal default (or none, when the config must give it).
 
   Args:
     family: what the entries are, for messages (``"hypernetwork kind"``).

@@ -923,7 +923,7 @@ def _hypernet_defaults():
   elsewhere. A kind reads the fields its constructor names (docs/hypernetworks.md)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
   h = ml_collections.ConfigDict()
-  h.kind = "none"        # none | a registered kind (mlp | chunked | static) | pkg.mod:Class
+  h.kind = "none"        # none | a registered kind (CHOICES) | pkg.mod:Class
   h.targets = "*"        # glob/regex patterns of generated target weights
   h.train_rest = True    # train target weights that are not generated
   h.quantize = "none"    # none | binary | ternary | int8 (straight-through)
