@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.core import functional  # pylint: disable=wrong-import-position
-from hypernet.training import models
+from hypernet.tasks import targets
 from hypernet.hypernetworks import batched  # pylint: disable=wrong-import-position
 
 _NUM_SETS = flags.DEFINE_list("num_sets", ["1", "4", "16", "64"], "Weight-set counts S.")
@@ -68,7 +68,7 @@ def step_fn(model, method):
 
 def main(argv):
   del argv
-  model = models.make_cnn((28, 28, 1), 10, conv_widths=[int(c) for c in _CONV.value],
+  model = targets.make_cnn((28, 28, 1), 10, conv_widths=[int(c) for c in _CONV.value],
                           dense_widths=[int(d) for d in _DENSE.value])
   spec = functional.weight_spec(model)
   device = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"

@@ -32,7 +32,7 @@ SUBSET = "images_background_small1.zip,images_background_small2.zip"
 
 def _config(name, data_dir, overrides):
   base = "digits_hyper" if name == "digits_bn" else name
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(os.path.join(REPO, "configs", base + ".py"))
   if name == "digits_bn":                 # the main job's target with BatchNorm layers
     config.model.batch_norm = True

@@ -82,7 +82,7 @@ def _peak_mb() -> float:
 
 
 def _load_config(path):
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   return config_lib.load_config_file(path)
 
 

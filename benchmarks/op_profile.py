@@ -42,7 +42,8 @@ def main():
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
-  from hypernet.training import config_lib, loop  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import loop  # pylint: disable=g-import-not-at-top
   from hypernet.numerics import fused_norm
 
   c = config_lib.load_config_file(os.path.join(HERE, "..", "configs", "omniglot_maml.py"))

@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
 import step_ratio  # noqa: E402  (its flags: --batch_size, --steps, --repeats, --jit)
-from hypernet.training import tasks  # noqa: E402
+from hypernet.tasks import classification  # noqa: E402
 
 FLAGS = flags.FLAGS
 # step_ratio's flags (--batch_size, --steps, --repeats, ...) are this script's: list them
@@ -43,7 +43,7 @@ flags.adopt_module_key_flags(step_ratio)
 def _task(kind="chunked"):
   cfg = fashion_mnist_hyper.get_config()
   cfg.hypernet.kind = kind
-  return tasks.ClassificationTask(cfg, step_ratio._fake_data())
+  return classification.ClassificationTask(cfg, step_ratio._fake_data())
 
 
 def _adam(variables):

@@ -10,7 +10,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"
 HERE = os.path.dirname(os.path.abspath(__file__)); sys.path.insert(0, os.path.join(HERE, "..", "configs")); sys.path.insert(0, HERE)
 import keras, tensorflow as tf
 import fashion_mnist_hyper
-from hypernet.training import tasks
+from hypernet.tasks import classification
 from absl import flags
 import step_ratio
 flags.FLAGS(["x"])
@@ -19,7 +19,7 @@ x = tf.constant(data.x_train[:128], tf.float32) / 255.0
 batch = {"image": x, "label": tf.constant(data.y_train[:128])}
 for kind in ("none", "chunked"):
   cfg = fashion_mnist_hyper.get_config(); cfg.hypernet.kind = kind
-  task = tasks.ClassificationTask(cfg, data)
+  task = classification.ClassificationTask(cfg, data)
   v = task.trainable_variables; opt = keras.optimizers.Adam(1e-3); opt.build(v)
   step = step_ratio._task_step(task, v, opt)
   g = step.get_concrete_function(batch).graph.as_graph_def()

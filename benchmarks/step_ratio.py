@@ -46,7 +46,7 @@ import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
 import torch_reference  # noqa: E402
-from hypernet.training import tasks  # noqa: E402
+from hypernet.tasks import classification  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
 flags.DEFINE_integer("batch_size", 128, "Examples per step.")
@@ -123,7 +123,7 @@ def main(_):
   batch = {"image": x, "label": y}
 
   cfg = _config("none")
-  plain = tasks.ClassificationTask(cfg, data).target
+  plain = classification.ClassificationTask(cfg, data).target
   opt = keras.optimizers.Adam(1e-3)
   opt.build(plain.trainable_variables)
 
@@ -139,7 +139,7 @@ def main(_):
 
   for name, kind in (("identity via functional_call", "none"), ("chunked hypernetwork", "chunked")):
     cfg = _config(kind)
-    task = tasks.ClassificationTask(cfg, data)
+    task = classification.ClassificationTask(cfg, data)
     variables = task.trainable_variables
     opt_h = keras.optimizers.Adam(1e-3)
     opt_h.build(variables)

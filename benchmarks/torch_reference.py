@@ -114,7 +114,7 @@ def conv4_maml(weights: Dict[str, np.ndarray], num_blocks: int, *, inner_lr: flo
 
   ``batch``: numpy ``support_x [T, N*K, H, W, C]``, ``support_y [T, N*K]``, ``query_x``,
   ``query_y`` (the TF task's batches). BatchNorm in training mode (batch statistics) on
-  support and query sets, as :mod:`hypernet.training.meta_tasks`; Adam on the initial weights.
+  support and query sets, as :mod:`hypernet.tasks.meta_learning`; Adam on the initial weights.
   """
   model = Conv4(weights, num_blocks)
   model.train()

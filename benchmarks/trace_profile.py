@@ -21,7 +21,8 @@ parser.add_argument("--data_dir", default=os.path.normpath(
 args = parser.parse_args()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
-from hypernet.training import config_lib, loop
+from hypernet import config_lib
+from hypernet.training import loop
 order = args.order; mb = args.meta_batch
 c = config_lib.load_config_file(os.path.join(REPO, "configs", "omniglot_maml.py"))
 c.data.data_dir = args.data_dir

@@ -4,7 +4,7 @@ run in one batched forward pass (tasks.MultiTaskClassificationTask).
 
     python -m hypernet.train --config=configs/digits_conditional.py --workdir=/tmp/digits_cond
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -4,7 +4,7 @@ trainable parameters for 35,914 weights (compression 2.12x).
 
     python -m hypernet.train --config=configs/digits_hyper.py --workdir=/tmp/digits_hyper
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -3,7 +3,7 @@ the digits CNN of digits_plain.py.
 
     python -m hypernet.train --config=configs/digits_mlp.py --workdir=/tmp/digits_mlp
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -2,7 +2,7 @@
 
     python -m hypernet.train --config=configs/digits_plain.py --workdir=/tmp/digits_plain
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

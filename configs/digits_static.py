@@ -4,7 +4,7 @@ kernels from 16x16 basic tiles: conv1 [3, 3, 1, 32] (2 tiles, cropped), conv2
 
     python -m hypernet.train --config=configs/digits_static.py --workdir=/tmp/digits_static
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -7,7 +7,7 @@ from `apt-get install dataset-fashion-mnist`). Train as configured:
     python -m hypernet.train --config=configs/fashion_mnist_hyper.py \
         --workdir=/tmp/hypernet/fmnist_hyper --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -4,7 +4,7 @@ trained directly.
     python -m hypernet.train --config=configs/fashion_mnist_plain.py \
         --workdir=/tmp/hypernet/fmnist_plain --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -8,7 +8,7 @@ fmnist_plain.py run for 6000: experiments/RESULTS_hypernets.md). Compare with
     python -m hypernet.train --config=configs/fmnist_chunked.py --workdir=/tmp/fmnist_chunked \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

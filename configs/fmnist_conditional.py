@@ -9,7 +9,7 @@ and 88.9% at 6000: experiments/RESULTS_hypernets.md.)
     python -m hypernet.train --config=configs/fmnist_conditional.py \
       --workdir=/tmp/fmnist_conditional --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -4,7 +4,7 @@ directly (its second conv kernel 7x7x16x16 has 12,544 weights).
     python -m hypernet.train --config=configs/fmnist_ha_plain.py --workdir=/tmp/fmnist_ha_plain \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

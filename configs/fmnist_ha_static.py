@@ -5,7 +5,7 @@ CNN with 4,244 parameters (against 12,544 for the kernel); the rest is trained d
     python -m hypernet.train --config=configs/fmnist_ha_static.py --workdir=/tmp/fmnist_ha \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

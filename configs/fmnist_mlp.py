@@ -4,7 +4,7 @@ fmnist_plain.py CNN.
     python -m hypernet.train --config=configs/fmnist_mlp.py --workdir=/tmp/fmnist_mlp \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -6,7 +6,7 @@ state.
     python -m hypernet.train --config=configs/fmnist_mobilenet_chunked.py \
       --workdir=/tmp/fmnist_mnv2_chunked --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -4,7 +4,7 @@ weights=None) at 32x32 trained directly on Fashion-MNIST.
     python -m hypernet.train --config=configs/fmnist_mobilenet_plain.py \
       --workdir=/tmp/fmnist_mnv2_plain --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -4,7 +4,7 @@ directly (conv 16-32, dense 64).
     python -m hypernet.train --config=configs/fmnist_plain.py --workdir=/tmp/fmnist_plain \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -5,7 +5,7 @@ fmnist_plain.py CNN from 16x16 tiles (conv1 [3,3,1,16]: 1 tile cropped; conv2
     python -m hypernet.train --config=configs/fmnist_static.py --workdir=/tmp/fmnist_static \
       --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -5,7 +5,7 @@ layers trained directly (the compression counts the generated kernels only).
     python -m hypernet.train --config=configs/fmnist_static_15x.py \
       --workdir=/tmp/fmnist_static_15x --config.data.data_dir=../shared/data/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

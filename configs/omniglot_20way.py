@@ -16,7 +16,7 @@ on CPU, measured by benchmarks/meta_bench.py); ``--config.meta.learner=maml`` (a
     python -m hypernet.train --config=configs/omniglot_20way.py \
         --workdir=/tmp/hypernet/omniglot_20way --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -12,7 +12,7 @@ on these benchmarks is configs/omniglot_20way_support_hypernet.py.
     python -m hypernet.train --config=configs/omniglot_20way_maml.py \
         --workdir=/tmp/hypernet/omniglot_20way_maml --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -15,7 +15,7 @@ episodes; ``one_shot_error`` is the error rate over the runs' 400 queries.
         --workdir=/tmp/hypernet/omniglot_20way_support_hypernet \
         --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -7,7 +7,7 @@ on the support set and is meta-trained through the query loss. Second order, XLA
     python -m hypernet.train --config=configs/omniglot_anil.py \
         --workdir=/tmp/hypernet/omniglot_anil --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

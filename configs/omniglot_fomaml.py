@@ -6,7 +6,7 @@ derivatives, so XLA is allowed ("auto": on for GPU/TPU, off on CPU).
     python -m hypernet.train --config=configs/omniglot_fomaml.py \
         --workdir=/tmp/hypernet/omniglot_fomaml --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

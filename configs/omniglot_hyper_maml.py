@@ -10,7 +10,7 @@ configs/omniglot_maml.py.
     python -m hypernet.train --config=configs/omniglot_hyper_maml.py \
         --workdir=/tmp/hypernet/omniglot_hyper_maml --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -16,7 +16,7 @@ interval.
     python -m hypernet.train --config=configs/omniglot_imaml.py \
         --workdir=/tmp/hypernet/omniglot_imaml --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

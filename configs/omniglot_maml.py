@@ -14,7 +14,7 @@ On the two-zip subset (images_background_small1/2.zip, 242 characters):
     --config.data.omniglot_zips=images_background_small1.zip,images_background_small2.zip
     --config.data.num_test_characters=50
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -1,7 +1,7 @@
 """MAML++ (Antoniou, Edwards, Storkey 2019, "How to train your MAML"), Omniglot 5-way
 1-shot, conv4 target.
 
-MAML++'s parts, each its own switch (hypernet/training/meta_tasks.py): per-step
+MAML++'s parts, each its own switch (hypernet/tasks/meta_learning.py): per-step
 BatchNorm weights (``meta.per_step_bn_weights``; per-step running statistics,
 ``meta.bn_mode="per_step"``, are a switch too, off here: see the bn_mode line below),
 learned per-layer per-step inner learning rates (``meta.lslr``), the multi-step loss
@@ -22,7 +22,7 @@ images_evaluation.zip --config.data.num_test_characters=423.
     python -m hypernet.train --config=configs/omniglot_mamlpp.py \
         --workdir=/tmp/hypernet/omniglot_mamlpp --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

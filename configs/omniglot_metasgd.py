@@ -7,7 +7,7 @@ initialised to 0.4 (TensorBoard: inner_lr/<path>). Second order, XLA off.
     python -m hypernet.train --config=configs/omniglot_metasgd.py \
         --workdir=/tmp/hypernet/omniglot_metasgd --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -23,7 +23,7 @@ set: --config.data.omniglot_zips=images_background.zip,images_evaluation.zip
         --workdir=/tmp/hypernet/omniglot_support_hypernet \
         --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -16,7 +16,7 @@ meta-training episodes are 5-way (16 per meta-batch, 3,000 meta-steps) and not d
         --workdir=/tmp/hypernet/omniglot_support_target_hypernet \
         --config.data.data_dir=PATH/TO/omniglot
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -3,7 +3,7 @@
     python -m hypernet.train --config=configs/permuted_fmnist_finetune.py \
         --workdir=/tmp/hypernet/permuted_finetune --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

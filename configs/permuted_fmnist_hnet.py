@@ -8,7 +8,7 @@ Baselines: permuted_fmnist_{finetune,ewc,independent}.py.
     python -m hypernet.train --config=configs/permuted_fmnist_hnet.py \
         --workdir=/tmp/hypernet/permuted_hnet --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

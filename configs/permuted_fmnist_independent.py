@@ -3,7 +3,7 @@
     python -m hypernet.train --config=configs/permuted_fmnist_independent.py \
         --workdir=/tmp/hypernet/permuted_independent --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

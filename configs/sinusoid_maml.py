@@ -7,7 +7,7 @@ inner step. No data files needed.
 
     python -m hypernet.train --config=configs/sinusoid_maml.py --workdir=/tmp/hypernet/sinusoid
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -10,7 +10,7 @@ intervals over tasks).
     python -m hypernet.train --config=configs/sinusoid_maml_k5.py \
         --workdir=/tmp/hypernet/sinusoid_maml_k5
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -1,10 +1,10 @@
 """Baseline for split_fmnist_hnet.py in the same loop and setting: method "ewc"
-(see hypernet/training/continual_tasks.py).
+(see hypernet/tasks/continual_learning.py).
 
     python -m hypernet.train --config=configs/split_fmnist_ewc.py \
         --workdir=/tmp/hypernet/split_ewc --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -11,7 +11,7 @@ split_fmnist_independent.py. Data: the Fashion-MNIST IDX files in config.data.da
     python -m hypernet.train --config=configs/split_fmnist_hnet.py \
         --workdir=/tmp/hypernet/split_hnet --config.data.data_dir=PATH/TO/fashion-mnist
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

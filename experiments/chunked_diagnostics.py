@@ -27,7 +27,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,11 +118,11 @@ def raw_gradient_rms(config, num_batches: int = 5) -> Dict[str, float]:
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  from hypernet.training import objectives, tasks
+  from hypernet.tasks import objectives, protocol
   from hypernet.hypernetworks import base  # pylint: disable=g-import-not-at-top
   config = config.copy_and_resolve_references()
   config.hypernet.kind = "none"
-  task = tasks.build_task(config)
+  task = protocol.build_task(config)
   variables = functional.variable_paths(task.target, trainable=True)
   spec = functional.weight_spec(task.target, config.hypernet.targets)
   stats = base.stats_for(spec, {p: variables[p].numpy() for p in spec}, config.hypernet.init)

@@ -47,7 +47,7 @@ from absl import logging
 import numpy as np
 
 from experiments.digits_sweep import command  # one command-line writer for both
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -77,7 +77,7 @@ def unfinished(workdir: str):
 def short_run_overrides(name: str, steps_per_task: int) -> list:
   """``--config.*`` flags that shorten ``configs/<name>.py`` to ``steps_per_task`` steps
   per task, the whole task sequence (``num_steps = num_tasks * steps_per_task``)."""
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
   return [f"--config.continual.steps_per_task={steps_per_task}",
           f"--config.num_steps={config.continual.num_tasks * steps_per_task}"]

@@ -33,7 +33,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

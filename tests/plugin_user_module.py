@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet.training import tasks
+from hypernet.tasks import protocol
 
 
 def make_mlp(input_shape, num_classes):
@@ -66,7 +66,7 @@ def float_labels():
 
 class LinearRegressionTask:
   """A user objective in the one loop: least squares ``y = X w* + 0.01 noise`` with its
-  own variable ``w`` (the task interface of hypernet/training/tasks.py)."""
+  own variable ``w`` (the task interface of hypernet/tasks/protocol.py)."""
 
   def __init__(self, config):
     rng = np.random.default_rng(config.seed)
@@ -115,7 +115,7 @@ class Incomplete:
     self.config = config
 
 
-class SubclassedRegressionTask(tasks.Task):
+class SubclassedRegressionTask(protocol.Task):
   """:class:`LinearRegressionTask` written as a subclass of the Task protocol: the
   optional members (describe, final_metrics, ...) come from the base."""
 
@@ -149,7 +149,7 @@ class SubclassedRegressionTask(tasks.Task):
     return {"w_error": float(tf.norm(self._inner.w - self._inner.w_true))}
 
 
-class IncompleteSubclass(tasks.Task):
+class IncompleteSubclass(protocol.Task):
   """A Task subclass without eval_sums and without a loss."""
 
   def __init__(self, config):

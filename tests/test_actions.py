@@ -6,7 +6,9 @@ import types
 
 import pytest
 
-from hypernet.training import actions, config_lib, distribute
+from hypernet import config_lib
+
+from hypernet.training import actions, distribute
 from hypernet.training.workdir import Workdir
 
 

@@ -162,8 +162,8 @@ def test_float64_batched_call_uses_differentiable_conv():
 
 
 def test_mobilenet_v2_batched_equals_loop():
-  from hypernet.training import models  # pylint: disable=g-import-not-at-top
-  model = models.make_mobilenet_v2((32, 32, 3), 4, alpha=0.35)
+  from hypernet.tasks import targets  # pylint: disable=g-import-not-at-top
+  model = targets.make_mobilenet_v2((32, 32, 3), 4, alpha=0.35)
   patterns = "Conv1/kernel,block_1_depthwise/kernel,block_1_project/kernel,head/*"
   w = random_weights(model, patterns, num_sets=2)
   x = tf.random.stateless_normal((2, 2, 32, 32, 3), [9, 9])

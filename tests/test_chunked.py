@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import models
+from hypernet.tasks import targets
 from hypernet.hypernetworks import init as hinit
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 
@@ -14,7 +14,7 @@ from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 def _target(dtype="float32"):
   # Average pooling: max pooling over windows of dead ReLUs (all 0) has a kink that
   # central differences straddle, which would test the kink, not our gradient.
-  return models.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,), pool="avg",
+  return targets.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,), pool="avg",
                          dtype=dtype)
 
 
@@ -37,7 +37,7 @@ def test_generated_shapes_come_from_target_and_counts():
 def test_initial_variance_matches_standard_init(mode, center):
   """Var of generated kernels at init = He/Glorot variance of the target layer (20%),
   with and without centring the generator's features."""
-  target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
+  target = targets.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
   spec = functional.weight_spec(target, "*/kernel")
   ratios = {p: [] for p in spec}
   for seed in range(3):
@@ -54,7 +54,7 @@ def test_centring_sets_the_output_bias(center):
   """center=True: b_out = -W_out . mean_c(h_c), so every raw chunk element has mean 0 over
   the chunks at init (exactly, float64); center=False: b_out = 0 and the raw elements
   have unit second moment over chunks and elements (W_out scaled by E[h^2])."""
-  target = models.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
+  target = targets.make_cnn((28, 28, 1), 10, conv_widths=(32, 64), dense_widths=(64,))
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=1024, chunk_emb_dim=16, hidden=(24,),
                              center=center, dtype="float64", seed=1)
@@ -140,7 +140,7 @@ def test_emb_multiplier_same_function_m_times_faster_adam_step():
 def test_linear_generator_is_a_rank_d_e_plus_1_factorisation():
   """hidden=(): the raw chunk matrix is exactly [E, 1] [W_out; b_out] (rank <= d_e + 1),
   the parameters are C d_e + (d_e + 1) k, and the init gives kernels their He variance."""
-  target = models.make_cnn((28, 28, 1), 10, conv_widths=(16, 32), dense_widths=(64,),
+  target = targets.make_cnn((28, 28, 1), 10, conv_widths=(16, 32), dense_widths=(64,),
                            dtype="float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=1024, chunk_emb_dim=7, hidden=(),

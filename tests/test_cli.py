@@ -10,7 +10,10 @@ import time
 
 import pytest
 
-from hypernet.training import cli, config_lib
+from hypernet import config_lib
+
+
+from hypernet.training import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -294,7 +297,7 @@ def test_a_user_error_exits_1_and_silences_tensorflows_unrestored_value_list():
   """After the one-line error for a checkpoint that does not fit, TensorFlow's warnings
   about the failed restore's unrestored values (at exit) are dropped; others are kept."""
   import logging  # pylint: disable=g-import-not-at-top
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
 
   def fail():
     raise config_lib.ConfigError("The checkpoint does not fit this config.")

@@ -22,8 +22,9 @@ import tensorflow as tf
 from hypernet.core import functional, weight_roles
 from hypernet.meta import inner_loop
 from hypernet.numerics import compat, fused_norm, plain_bias, second_order
-from hypernet.training import continual_tasks, distribute
+from hypernet.training import distribute
 
+from hypernet.tasks import continual_learning
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXACT = 0.4278768  # LayerNormalization f'' of second_order's docstring example
 KERAS_OWN = 0.9404  # the same through tf.nn.moments (the mean's gradient stopped)
@@ -282,7 +283,7 @@ def test_learning_rate_kept_when_keras_renames_its_private_attribute():
   opt.__class__ = type("RenamedAdam", (keras.optimizers.Adam,),
                        {"learning_rate": property(lambda self: self._lr_renamed)})
   opt.variables[-1].assign([5.0, 5.0])
-  continual_tasks._reset_optimizer_slots(opt)  # pylint: disable=protected-access
+  continual_learning._reset_optimizer_slots(opt)  # pylint: disable=protected-access
   assert float(lr.numpy()) == pytest.approx(1e-3)
   assert not np.any(opt.variables[-1].numpy())
 

@@ -11,14 +11,14 @@ import pytest
 from experiments import compression_frontier as cf
 from tests.test_experiments import assert_commands_give_the_runs_configs
 from hypernet.core import functional
-from hypernet.training import models
+from hypernet.tasks import targets
 from hypernet.hypernetworks import source as sources
 
 
 def test_points_have_the_stated_compression():
   """The sizes in POINTS' comments are those the hypernetworks have (0.5x to >= 10x for
   chunked and static; MLP below 1x by construction)."""
-  target = models.make_cnn((28, 28, 1), 10, conv_widths=(16, 32), dense_widths=(64,))
+  target = targets.make_cnn((28, 28, 1), 10, conv_widths=(16, 32), dense_widths=(64,))
   ratios = {}
   for kind, name, config_name, overrides, _ in cf.POINTS:
     if kind == "direct":

@@ -9,7 +9,10 @@ import ml_collections
 from ml_collections import config_flags
 import pytest
 
-from hypernet.training import config_lib, loop
+from hypernet import config_lib
+
+
+from hypernet.training import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
@@ -154,17 +157,17 @@ def test_choices_agree_with_the_modules_that_use_them():
   from hypernet.hypernetworks import base
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
-  from hypernet.training import meta_tasks
-  assert config_lib.CHOICES["meta.learner"] == meta_tasks.LEARNERS
-  assert config_lib.CHOICES["meta.bn_mode"] == meta_tasks.BN_MODES
+  from hypernet.tasks import meta_learning
+  assert config_lib.CHOICES["meta.learner"] == meta_learning.LEARNERS
+  assert config_lib.CHOICES["meta.bn_mode"] == meta_learning.BN_MODES
   assert config_lib.CHOICES["hypernet.kind"] == ("none",) + base.KINDS.names()
   assert config_lib.CHOICES["meta.body_hypernet"] == ("none",) + base.KINDS.names()
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
-  from hypernet.training import continual_tasks
-  assert config_lib.CHOICES["continual.method"] == continual_tasks.METHODS
-  assert config_lib.CHOICES["continual.benchmark"] == continual_tasks.BENCHMARKS
-  assert config_lib.CHOICES["continual.task_inference"] == continual_tasks.TASK_INFERENCE
+  from hypernet.tasks import continual_learning
+  assert config_lib.CHOICES["continual.method"] == continual_learning.METHODS
+  assert config_lib.CHOICES["continual.benchmark"] == continual_learning.BENCHMARKS
+  assert config_lib.CHOICES["continual.task_inference"] == continual_learning.TASK_INFERENCE
 
 
 @pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),
@@ -260,11 +263,11 @@ def test_a_kinds_out_of_range_field_is_named_by_its_constructor(name, field, val
   """A kind's own ranges live in its constructor (one place); building the weight source
   from the config names the field of config.hypernet (the argument's own name)."""
   from hypernet.hypernetworks import source  # pylint: disable=g-import-not-at-top
-  from hypernet.training import models  # pylint: disable=g-import-not-at-top
+  from hypernet.tasks import targets  # pylint: disable=g-import-not-at-top
   c = _load(name)
   _set(c, field, value)
   config_lib.validate(c)
-  target = models.make_target(c.model, (8, 8, 1), 10)
+  target = targets.make_target(c.model, (8, 8, 1), 10)
   named = field.split(".")[-1]
   with pytest.raises(ValueError, match=rf"^config\.hypernet \(kind '\w+'\): .*{named}"):
     source.build_weight_source(c, target)

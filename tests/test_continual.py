@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
-from hypernet.training import continual_tasks, loop
+from hypernet.training import loop
+from hypernet.tasks import continual_learning
 from hypernet.data import continual as cl_data
 from hypernet.data.digits import load_digits
 
@@ -53,10 +54,10 @@ def test_entropy_task_inference_picks_the_confident_task():
   logits = tf.constant([[[0.1, 0.0], [5.0, -5.0]],       # task 0: unsure, then confident
                         [[9.0, -9.0], [0.2, 0.1]],       # task 1: confident, then unsure
                         [[-20.0, 20.0], [-20.0, 20.0]]])  # task 2: most confident, unseen
-  task, cls = continual_tasks.entropy_task_inference(logits, tf.constant([True, True, False]))
+  task, cls = continual_learning.entropy_task_inference(logits, tf.constant([True, True, False]))
   np.testing.assert_array_equal(task.numpy(), [1, 0])
   np.testing.assert_array_equal(cls.numpy(), [0, 0])
-  task, cls = continual_tasks.entropy_task_inference(logits, tf.constant([True, True, True]))
+  task, cls = continual_learning.entropy_task_inference(logits, tf.constant([True, True, True]))
   np.testing.assert_array_equal(task.numpy(), [2, 2])
   np.testing.assert_array_equal(cls.numpy(), [1, 1])
 
@@ -184,7 +185,7 @@ def test_optimizer_reset_is_a_fresh_adam():
   opt = keras.optimizers.Adam(learning_rate=0.01)
   for _ in range(600):
     opt.apply_gradients([(tf.constant([0.3, -0.1]), var)])
-  continual_tasks._reset_optimizer_slots(opt)  # pylint: disable=protected-access
+  continual_learning._reset_optimizer_slots(opt)  # pylint: disable=protected-access
   assert int(opt.iterations.numpy()) == 0
   before = var.numpy().copy()
   opt.apply_gradients([(tf.constant([0.5, -4.0]), var)])
@@ -210,13 +211,13 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
 
 
 def test_bad_ppca_components_is_a_config_error(tmp_path):
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config = _config(**{"continual.task_inference": "ppca", "continual.ppca_components": 0})
   with pytest.raises(config_lib.ConfigError, match=r"ppca_components must be a positive"):
     config_lib.validate(config)
   config = _config(**{"continual.task_inference": "ppca", "continual.ppca_components": 64})
   with pytest.raises(config_lib.ConfigError, match=r"ppca_components=64 must be in \[1, 64\)"):
-    continual_tasks.ContinualTask(config)
+    continual_learning.ContinualTask(config)
 
 
 def test_bad_continual_config_names_the_field(tmp_path):
@@ -295,7 +296,7 @@ def test_ppca_task_inference_on_split_fashion_mnist(tmp_path):
   assert ppca == pytest.approx(result["cl3_accuracy"] / result["accuracy"], abs=0.05)
   assert ppca > 0.8, ppca
   config.continual.task_inference = "entropy"
-  picked, _ = continual_tasks.ContinualTask._infer_task(task, tf.constant(x))  # pylint: disable=protected-access
+  picked, _ = continual_learning.ContinualTask._infer_task(task, tf.constant(x))  # pylint: disable=protected-access
   entropy = float(np.mean(picked.numpy() == truth))
   assert ppca > entropy + 0.2, (ppca, entropy)
 
@@ -334,7 +335,7 @@ def test_committed_fashion_mnist_configs_run(tmp_path, name):
   data_dir = os.path.join(REPO, "..", "shared", "data", "fashion-mnist")
   if not os.path.isdir(data_dir):
     pytest.skip("needs ../shared/data/fashion-mnist")
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
   config.data.data_dir = data_dir
   config.continual.num_tasks = 2

@@ -12,7 +12,9 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.numerics import devices, norm_relu_pool
-from hypernet.training import config_lib, distribute, loop
+from hypernet import config_lib
+
+from hypernet.training import distribute, loop
 
 from test_meta_tasks import _digits_config
 from test_norm_relu_pool import OP, _conv4, _weights
@@ -144,14 +146,14 @@ def test_generated_weights_are_computed_on_each_replica_device():
   """No placement of hypernet's own: under MirroredStrategy each replica's generated
   weights live on that replica's device (here the two logical CPUs of conftest)."""
   from configs import digits_hyper  # pylint: disable=g-import-not-at-top
-  from hypernet.training import tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.tasks import protocol# pylint: disable=g-import-not-at-top
   c = digits_hyper.get_config()
   c.model.conv_widths, c.model.dense_widths = (4,), (8,)
   c.hypernet.chunk_size, c.hypernet.hidden = 128, (8,)
   strategy = distribute.get_strategy("mirrored")
   assert strategy.num_replicas_in_sync == 2
   with strategy.scope():
-    task = tasks.build_task(c)
+    task = protocol.build_task(c)
   # Eagerly: each replica computes its copy on its own device.
   generated = strategy.run(task.source.weights)
   for path, value in generated.items():

@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import config_lib, distribute, loop
+from hypernet import config_lib
+
+from hypernet.training import distribute, loop
 from hypernet.core import functional
 from hypernet.data import sinusoid
 
-# -- small tasks with analytic answers (the task interface of hypernet.training.tasks) -----------
+# -- small tasks with analytic answers (the task interface of hypernet.tasks.classification) -----------
 
 
 def _layout(global_batch_size, ctx):

@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import config_lib, export, summaries, tasks, loop
+from hypernet import config_lib
+
+
+from hypernet.training import export, summaries, loop
+
+from hypernet.tasks import classification
 from hypernet import evaluate
 from hypernet.core import functional
 from hypernet.data.digits import load_digits
@@ -127,7 +132,7 @@ def test_export_copies_batchnorm_statistics_and_direct_weights(tmp_path):
   """A plain target with BatchNorm: exported logits == the task's inference logits."""
   config = _config(digits_plain)
   config.model.batch_norm = True
-  task = tasks.ClassificationTask(config)
+  task = classification.ClassificationTask(config)
   rng = np.random.default_rng(0)
   for path, v in functional.variable_paths(task.target, trainable=False).items():
     if "moving" in path:  # Non-trivial statistics, as after training.
@@ -157,7 +162,7 @@ def test_errors_name_the_problem(run, tmp_path):
                                               r"\(the run's config\.data\.data_dir is "
                                               r"'relative/fashion-mnist'\)"):
     evaluate.evaluate(str(moved), output="")
-  task = tasks.ClassificationTask(_config())
+  task = classification.ClassificationTask(_config())
   with pytest.raises(ValueError, match=r"must end in '\.keras'"):
     export.export_target(task, str(tmp_path / "model.h5"))
 

@@ -12,7 +12,7 @@ from PIL import Image
 import pytest
 
 from experiments import digits_sweep
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,14 +88,14 @@ def test_hyper_c128_starts_at_a_chance_level_loss():
   repeated in every chunk. Centred at init, each raw output position has mean 0 over the
   chunks and the loss starts near chance (ln 10 = 2.3; measured 3.6, 2.6, 2.4)."""
   import keras  # pylint: disable=g-import-not-at-top
-  from hypernet.training import tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.tasks import protocol# pylint: disable=g-import-not-at-top
   name, config_name, overrides = digits_sweep.PRESETS["full"][4]
   assert name == "hyper_c128"
   for seed in (0, 1, 2):
     config = digits_sweep.load_config(config_name)
     config.update_from_flattened_dict(dict(overrides, seed=seed))
     keras.utils.set_random_seed(seed)
-    task = tasks.build_task(config)
+    task = protocol.build_task(config)
     hnet = task.source.hypernetwork
     raw = hnet.output_head(hnet._features()).numpy().astype(np.float64)  # [chunks, 128]
     np.testing.assert_allclose(raw.mean(axis=0), 0.0, atol=1e-5)

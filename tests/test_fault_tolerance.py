@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from hypernet.training import checkpoints, cli, distribute, loop
-from hypernet.training.config_lib import ConfigError
+from hypernet.config_lib import ConfigError
 from hypernet import data as data_lib
 from hypernet.data import pipeline
 

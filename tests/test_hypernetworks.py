@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT
 from hypernet.core import functional, ops
-from hypernet.training import models
+from hypernet.tasks import targets
 from hypernet.hypernetworks import source as sources
 from hypernet.hypernetworks import base, init as hinit
 from hypernet.hypernetworks.batched import batched_functional_call
@@ -59,7 +59,7 @@ def generated_patterns(kind):
 
 def test_ha_mnist_setting_counts_4244_against_12544():
   config = load_config("fmnist_ha_static")
-  target = models.make_target(config.model, (28, 28, 1), 10)
+  target = targets.make_target(config.model, (28, 28, 1), 10)
   assert tuple(functional.variable_paths(target)["conv2/kernel"].shape) == (7, 7, 16, 16)
   source = sources.build_weight_source(config, target)
   counts = source.parameter_counts()
@@ -305,7 +305,7 @@ def test_quantize_batched_weights_one_scale_per_set():
 def test_quantize_config_through_build_weight_source():
   config = load_config("digits_hyper")
   config.hypernet.quantize = "ternary"
-  target = models.make_target(config.model, (8, 8, 1), 10)
+  target = targets.make_target(config.model, (8, 8, 1), 10)
   source = sources.build_weight_source(config, target)
   w = source.weights()["conv2/kernel"].numpy()
   assert len(np.unique(w)) == 3
@@ -359,7 +359,7 @@ def test_static_rejects_non_conv_and_mixed_sizes():
 
 def test_pattern_matching_nothing_and_unknown_kind_are_named():
   config = load_config("digits_mlp")
-  target = models.make_target(config.model, (8, 8, 1), 10)
+  target = targets.make_target(config.model, (8, 8, 1), 10)
   config.hypernet.targets = "conv*/kernel,lstm*/kernel"
   with pytest.raises(ValueError, match=r"Pattern 'lstm\*/kernel' matches no.*conv1/kernel"):
     sources.build_weight_source(config, target)
@@ -395,7 +395,7 @@ IMAGE_CONFIGS = [c for c in CONFIGS if "mobilenet" not in c and load_config(c).t
 def test_every_config_builds_its_weight_source(name):
   config = load_config(name)
   shape = (8, 8, 1) if config.data.name == "digits" else (28, 28, 1)
-  target = models.make_target(config.model, shape, 10)
+  target = targets.make_target(config.model, shape, 10)
   source = sources.build_weight_source(config, target)
   counts = source.parameter_counts()
   assert counts["target"] == sum(int(np.prod(v.shape)) for v in target.trainable_variables)

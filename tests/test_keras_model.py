@@ -18,8 +18,9 @@ from hypernet.data import episodes
 from hypernet.data.digits import load_digits
 from hypernet.keras import HyperModel, MetaModel
 from hypernet.meta import conv4, inner_loop, meta_batch
-from hypernet.training import distribute, loop, models
+from hypernet.training import distribute, loop
 
+from hypernet.tasks import targets
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
 import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -35,7 +36,7 @@ def digits():
 
 
 def _cnn(**kwargs):
-  return models.make_cnn((8, 8, 1), 10, conv_widths=(8, 16), dense_widths=(32,), **kwargs)
+  return targets.make_cnn((8, 8, 1), 10, conv_widths=(8, 16), dense_widths=(32,), **kwargs)
 
 
 def _chunked(target, **kwargs):
@@ -212,7 +213,7 @@ def test_hypermodel_errors():
   other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="other")])
   with pytest.raises(ValueError, match="not trainable weights of the target"):
     HyperModel(target, hn.MLPHypernetwork(functional.weight_spec(other)))
-  narrow = models.make_cnn((8, 8, 1), 10, conv_widths=(4, 16), dense_widths=(32,))
+  narrow = targets.make_cnn((8, 8, 1), 10, conv_widths=(4, 16), dense_widths=(32,))
   with pytest.raises(ValueError, match="shape"):
     HyperModel(target, hn.MLPHypernetwork(functional.weight_spec(narrow, "conv1/kernel")))
   with pytest.raises(NotImplementedError, match="kind name"):

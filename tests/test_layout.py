@@ -18,10 +18,12 @@ LAYERS = {
     "numerics": 0,
     "core": 1,
     "data": 1,
+    "config_lib": 1.5,  # The config schema, assembled from the registries (TF-free).
     "hypernetworks": 2,
     "meta": 2,
     "continual": 2,
     "keras": 2.5,  # Keras models over the weight sources; below the training loop.
+    "tasks": 2.75,  # What the loop trains: weight source, target, objective, data.
     "training": 3,
     "train": 4,
     "evaluate": 4,
@@ -186,3 +188,30 @@ def test_no_package_export_hides_a_module():
           if name in modules and node.module != f"{_module_name(init)}":
             clashes.append(f"{_module_name(init)} exports {name!r} from {node.module}")
   assert not clashes, "\n".join(clashes)
+
+
+def _function_lengths(folder: str):
+  """``(lines, "module:function")`` for every function under ``hypernet/<folder>``."""
+  out = []
+  for path in sorted((PACKAGE / folder).rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        out.append((node.end_lineno - node.lineno + 1,
+                    f"{_module_name(path)}:{node.name}"))
+  return out
+
+
+@pytest.mark.parametrize("folder", ["training", "meta", "tasks"])
+def test_no_long_functions_in_the_top_floors(folder):
+  """The floors a user extends read in screenfuls: no function over 80 lines."""
+  long = sorted(f for f in _function_lengths(folder) if f[0] > 80)
+  assert not long, "\n".join(f"{name}: {n} lines" for n, name in long)
+
+
+def test_the_training_floor_stays_small():
+  """hypernet/training/ (loop, actions, checkpoints, summaries, config, command line) is at
+  most a quarter of the package: components live in their own floors."""
+  lines = lambda paths: sum(len(p.read_text().splitlines()) for p in paths)
+  training = lines((PACKAGE / "training").rglob("*.py"))
+  total = lines(PACKAGE.rglob("*.py"))
+  assert training <= 0.25 * total, f"training/ holds {training} of {total} lines"

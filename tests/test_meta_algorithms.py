@@ -358,7 +358,7 @@ def test_per_step_bn_weights_meta_gradient_matches_finite_differences(recompute)
 def _tiny(name, data_dir):
   import importlib.util
   import pathlib
-  from hypernet.training import config_lib
+  from hypernet import config_lib
   path = pathlib.Path(__file__).resolve().parents[1] / "configs" / f"{name}.py"
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
@@ -431,11 +431,11 @@ def test_bn_mode_at_meta_test(bn_mode):
   target's own Keras call in inference mode (running statistics: each query on its own)
   for "inference", in training mode (the query set's batch statistics) for
   "transductive"."""
-  from hypernet.training import meta_tasks
+  from hypernet.tasks import meta_learning
   from test_meta_tasks import _digits_config
   c = _digits_config()
   c.meta.bn_mode = bn_mode
-  task = meta_tasks.MetaLearningTask(c)
+  task = meta_learning.MetaLearningTask(c)
   # Running statistics away from their initial values, so that the modes differ.
   for layer in task.target.layers:
     if isinstance(layer, keras.layers.BatchNormalization):

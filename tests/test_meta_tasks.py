@@ -1,4 +1,4 @@
-"""The meta-learning task (hypernet/training/meta_tasks.py) in the one train loop, and its configs.
+"""The meta-learning task (hypernet/tasks/meta_learning.py) in the one train loop, and its configs.
 
 Exact checks: the Trainer's meta-steps equal hand-written meta-gradient steps (MAML on
 few-shot digits episodes, hypernetwork-initialised MAML on sinusoids), 1 and 2 replicas
@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import config_lib, meta_tasks, objectives, tasks, loop
+from hypernet import config_lib
+
+
+from hypernet.training import loop
+
+from hypernet.tasks import meta_learning, objectives, classification, protocol
 from hypernet.meta import meta_batch
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -83,10 +88,10 @@ def test_ci95_from_sums_is_the_normal_interval_of_the_sample_mean():
 # -- pipelines -------------------------------------------------------------------------
 def test_two_replica_slices_make_up_the_one_replica_meta_batch():
   fn = lambda i: {"i": i}
-  one = [b["i"].numpy() for b in meta_tasks.task_stream(fn, 6, start_step=3).take(2)]
+  one = [b["i"].numpy() for b in meta_learning.task_stream(fn, 6, start_step=3).take(2)]
   ctx = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                    num_replicas_in_sync=2)
-  two = [b["i"].numpy() for b in meta_tasks.task_stream(fn, 6, 3, ctx).take(4)]
+  two = [b["i"].numpy() for b in meta_learning.task_stream(fn, 6, 3, ctx).take(4)]
   np.testing.assert_array_equal(one[0], np.arange(18, 24))
   np.testing.assert_array_equal(np.concatenate(two[:2]), one[0])
   np.testing.assert_array_equal(np.concatenate(two[2:]), one[1])
@@ -96,7 +101,7 @@ def test_two_replica_slices_make_up_the_one_replica_meta_batch():
   for pid in (0, 1):
     ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pid,
                                      num_replicas_in_sync=2)
-    for b in meta_tasks.fixed_tasks(fn, 7, 4, ctx, extra=extra):
+    for b in meta_learning.fixed_tasks(fn, 7, 4, ctx, extra=extra):
       seen += list(zip(b["i"].numpy(), b["weight"].numpy(), b["extra_weight"].numpy()))
   assert len(seen) == 12  # 3 global batches of 4
   assert sorted(i for i, w, _ in seen if w) == list(range(7))
@@ -108,11 +113,11 @@ def test_two_replica_slices_make_up_the_one_replica_meta_batch():
 def test_few_shot_maml_trainer_steps_equal_manual_meta_gradient_steps(tmp_path):
   c = _digits_config()
   trainer = loop.Trainer(c, str(tmp_path))
-  assert isinstance(trainer.task, meta_tasks.MetaLearningTask)
+  assert isinstance(trainer.task, meta_learning.MetaLearningTask)
   init = _values(trainer)
   metrics, bad = trainer.train_chunk(trainer.train_iterator(0), 2)
   assert bad == -1
-  task = tasks.build_task(c)  # a fresh copy, set to the same initial weights
+  task = protocol.build_task(c)  # a fresh copy, set to the same initial weights
   for v, x in zip(task.trainable_variables, init):
     v.assign(x)
   batches = iter(task.train_dataset(4, c.seed))
@@ -226,14 +231,14 @@ def test_one_shot_runs_in_the_eval_graph_match_the_reference_scorer(data_dir, tm
 def test_meta_configs_validate_and_build(name, data_dir):
   c = _config(name)
   config_lib.validate(c)
-  assert c.task in meta_tasks.TASKS
+  assert c.task in meta_learning.TASKS
   second_order = c.meta.learner in ("maml", "metasgd", "anil")
   if second_order:
     assert c.jit_compile == "false", "XLA off for second order"
   if c.task == "few_shot":
     c.data.data_dir = str(data_dir / "omniglot")
     c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
-  task = meta_tasks.MetaLearningTask(c)
+  task = meta_learning.MetaLearningTask(c)
   assert task.learner.inner_steps == c.meta.inner_steps
   counts = task.describe()
   assert counts["trainable"] == sum(int(np.prod(v.shape)) for v in task.trainable_variables)
@@ -244,23 +249,23 @@ def test_meta_configs_validate_and_build(name, data_dir):
 def test_meta_config_errors_name_the_field(data_dir):
   c = _config("omniglot_maml")
   with pytest.raises(ValueError, match="config.data.data_dir is empty"):
-    meta_tasks.MetaLearningTask(c)
+    meta_learning.MetaLearningTask(c)
   c.data.data_dir = str(data_dir / "omniglot")
   c.data.omniglot_zips, c.data.num_test_characters = SUBSET, 50
   c.meta.one_shot_runs = "all_runs.zip"
   with pytest.raises(ValueError, match="config.meta.one_shot_runs.*num_ways=20"):
-    meta_tasks.MetaLearningTask(c)
+    meta_learning.MetaLearningTask(c)
   c.meta.one_shot_runs, c.meta.learner = "", "reptile"
   with pytest.raises(ValueError, match="config.meta.learner='reptile'"):
-    meta_tasks.MetaLearningTask(c)
+    meta_learning.MetaLearningTask(c)
   c = _sinusoid_config()
   c.meta.num_shots = 0
   with pytest.raises(ValueError, match="config.meta.num_shots"):
-    tasks.build_task(c)
+    protocol.build_task(c)
 
 
 def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
-  """``loss_steps_k`` is the evaluation with ``eval_inner_steps = k`` on the same tasks."""
+  """``loss_steps_k`` is the evaluation with ``eval_inner_steps = k`` on the same classification."""
   c = _sinusoid_config(learner="maml")
   c.meta.eval_inner_steps, c.meta.eval_steps_sweep = 1, (1, 3)
   swept = loop.Trainer(c, str(tmp_path / "a")).evaluate()
@@ -272,21 +277,21 @@ def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
   assert swept["loss_steps_3"] < swept["loss_steps_1"]  # more steps fit the support set
   c.meta.eval_steps_sweep = (0,)
   with pytest.raises(ValueError, match="config.meta.eval_steps_sweep"):
-    tasks.build_task(c)
+    protocol.build_task(c)
 
 
 def test_zero_init_head_is_refused_for_the_generated_head():
   c = _digits_config()
   c.meta.learner, c.meta.inner_steps, c.meta.zero_init_head = "support_hypernet", 0, True
   with pytest.raises(ValueError, match="config.meta.zero_init_head=True with learner"):
-    tasks.build_task(c)
+    protocol.build_task(c)
 
 
 def test_within_alphabet_needs_omniglot():
   c = _digits_config()
   c.meta.within_alphabet = True
   with pytest.raises(ValueError, match="config.meta.within_alphabet=True needs class groups"):
-    tasks.build_task(c)
+    protocol.build_task(c)
 
 
 @pytest.mark.parametrize("learner,given,staggered,expected", [
@@ -299,7 +304,7 @@ def test_tasks_in_flight_and_staggering(learner, given, staggered, expected):
   c = _digits_config()
   c.meta.learner, c.meta.parallel_iterations = learner, given
   c.meta.staggered = staggered
-  task = tasks.build_task(c)
+  task = protocol.build_task(c)
   assert task.learner.first_order == (learner == "fomaml")
   assert (task.tasks_in_flight, task.staggered) == expected
 
@@ -308,7 +313,7 @@ def test_parallel_iterations_must_be_a_count():
   c = _digits_config()
   c.meta.parallel_iterations = -1
   with pytest.raises(ValueError, match="config.meta.parallel_iterations must be an int >= 0"):
-    tasks.build_task(c)
+    protocol.build_task(c)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The inner-loop learners plug into the one train loop (hypernet.training.loop.Trainer).
 
-``LearnerTask`` below is the small adapter a meta-learning task in ``hypernet/training/tasks.py``
+``LearnerTask`` below is the small adapter a meta-learning task in ``hypernet/tasks/classification.py``
 needs (the task interface of that module): the learner's ``meta_batch_loss`` gives the
 per-task query losses, scaled by the *global* meta-batch size so that a meta-batch split
 across replicas gives the single-device step.
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import config_lib, loop
+from hypernet import config_lib
+
+from hypernet.training import loop
 from hypernet.core import functional
 from hypernet.data import sinusoid
 from hypernet.meta import inner_loop, meta_batch

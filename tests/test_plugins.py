@@ -11,8 +11,11 @@ import tensorflow as tf
 
 from hypernet import data as data_lib
 from hypernet.core import functional, plugins
-from hypernet.training import config_lib, loop, models
+from hypernet import config_lib
 
+from hypernet.training import loop
+
+from hypernet.tasks import targets
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # plugin_user_module
 
 M = "plugin_user_module"
@@ -62,7 +65,7 @@ def test_model_plugin_errors_name_the_field_before_training(tmp_path, name, mess
 def test_keras_application_by_name():
   config = _config(**{"model.name": "keras.applications.ResNet50", "model.image_size": 32})
   config_lib.validate(config)
-  target = models.make_target(config.model, (8, 8, 1), 10)
+  target = targets.make_target(config.model, (8, 8, 1), 10)
   x = tf.random.stateless_uniform((2, 8, 8, 1), (1, 2))
   logits = target(x, training=False)
   assert logits.shape == (2, 10)

@@ -18,8 +18,9 @@ from hypernet import data as data_lib
 from hypernet.core import functional
 from hypernet.hypernetworks import base
 from hypernet.hypernetworks import source
-from hypernet.training import config_lib, models
+from hypernet import config_lib
 
+from hypernet.tasks import targets
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OWN_KIND = os.path.join(REPO, "examples", "own_hypernetwork")
 PLUGIN = "lowrank_hypernet:LowRankHypernetwork"
@@ -33,7 +34,7 @@ def own_kind_on_path(monkeypatch):
 
 
 def _target():
-  return models.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,))
+  return targets.make_cnn((8, 8, 1), 10, conv_widths=(4, 8), dense_widths=(16,))
 
 
 def _config(kind):
@@ -88,7 +89,7 @@ def test_every_kind_passes_the_command_lines_validation(kind):
 
 
 def test_validation_reads_the_kinds_without_tensorflow(own_kind_on_path):
-  code = ("import sys; from hypernet.training import config_lib as c; "
+  code = ("import sys; from hypernet import config_lib as c; "
           "k = c.base_config(); k.hypernet.kind = 'static'; c.validate(k); "
           f"k.hypernet.kind = {PLUGIN!r}; k.hypernet.rank = 8; c.validate(k); "
           "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; "
@@ -303,12 +304,12 @@ def test_the_config_check_asks_the_chosen_kind_which_weights_it_can_generate(tmp
       "        raise ValueError(f'{path!r} of shape {tuple(shape)} is no kernel.')\n")
   monkeypatch.syspath_prepend(str(tmp_path))
   c = _config("picky_kind:KernelsOnly")
-  config_lib.check_target_patterns(c, _target())   # conv*/kernel: accepted.
+  source.check_target_patterns(c, _target())   # conv*/kernel: accepted.
   c.hypernet.targets = "conv*/*"
   with pytest.raises(config_lib.ConfigError,
                      match=r"^config\.hypernet\.targets='conv\*/\*' \(config\.hypernet\.kind="
                            r"'picky_kind:KernelsOnly'\): 'conv1/bias' of shape \(4,\) is no "
                            r"kernel\.$"):
-    config_lib.check_target_patterns(c, _target())
+    source.check_target_patterns(c, _target())
   c.hypernet.kind = "mlp"   # The default hook accepts any weight.
-  config_lib.check_target_patterns(c, _target())
+  source.check_target_patterns(c, _target())

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import tasks, loop
+from hypernet.training import loop
+from hypernet.tasks import protocol
 from hypernet.hypernetworks import batched
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,7 +92,7 @@ def _config(**overrides):
 
 
 def test_train_loss_adds_the_penalty_of_the_generated_weights():
-  task = tasks.build_task(_config())
+  task = protocol.build_task(_config())
   assert "regularization_loss" in task.metric_names
   batch = next(iter(task.train_dataset(32, seed=0)))
   loss, sums, _ = task.train_loss(batch, 32)
@@ -103,7 +104,7 @@ def test_train_loss_adds_the_penalty_of_the_generated_weights():
   assert float(loss) == pytest.approx(
       float(sums["loss"][0]) / 32 + expected, rel=1e-5)
   # Without a penalty there is no such metric and the loss is the data loss alone.
-  plain = tasks.build_task(_config(**{"model.kernel_l2": 0.0}))
+  plain = protocol.build_task(_config(**{"model.kernel_l2": 0.0}))
   assert "regularization_loss" not in plain.metric_names
 
 
@@ -114,9 +115,9 @@ def test_train_loop_logs_the_penalty(tmp_path):
 
 def test_meta_learning_refuses_a_penalised_target_naming_the_field(tmp_path):
   import omniglot_fomaml  # pylint: disable=g-import-not-at-top
-  from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
+  from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
   c = omniglot_fomaml.get_config()
   c.model.name = "cnn"
   c.model.kernel_l2 = 0.5
   with pytest.raises(ValueError, match=r"config.model.kernel_l2=0.5: meta-learning tasks"):
-    meta_tasks.make_meta_target(c, (28, 28, 1), 5)
+    meta_learning.make_meta_target(c, (28, 28, 1), 5)

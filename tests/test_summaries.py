@@ -146,7 +146,7 @@ def test_profiler_trace_and_run_scalars_are_written(run):
 
 
 def test_hparams_are_the_fields_the_run_uses():
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   import omniglot_maml  # pylint: disable=g-import-not-at-top
   hyper = config_lib.hparams(digits_hyper.get_config())
   assert list(hyper)[:6] == ["optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size",

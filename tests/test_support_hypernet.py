@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hypernet.training import config_lib, loop
+from hypernet import config_lib
+
+from hypernet.training import loop
 from hypernet.core import functional
 from hypernet.meta import support_hypernet
 from tests.test_meta import central_fd, small_bn_net

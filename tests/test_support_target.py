@@ -14,7 +14,8 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import MLPHypernetwork
 from hypernet.meta import support_hypernet, support_target
-from hypernet.training import config_lib, loop
+from hypernet import config_lib
+from hypernet.training import loop
 from tests.test_meta import central_fd, small_bn_net
 from tests.test_support_hypernet import LOSS, _query_loss, _task
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.training import models
+from hypernet.tasks import targets
 from hypernet.hypernetworks import source as sources
 from hypernet.hypernetworks.chunked import ChunkedHypernetwork
 from hypernet.hypernetworks.mlp import MLPHypernetwork
@@ -102,7 +102,7 @@ def test_nested_paths_and_unknown_pattern():
 
 
 def test_mobilenet_v2_target_with_generated_kernels():
-  model = models.make_mobilenet_v2((28, 28, 1), 10, alpha=0.35, image_size=32)
+  model = targets.make_mobilenet_v2((28, 28, 1), 10, alpha=0.35, image_size=32)
   assert any(isinstance(l, keras.Model) for l in model.layers)        # nested application
   spec = functional.weight_spec(model, "re:(?!head/).*kernel")
   conv_layers = [l for l in model.get_layer(index=2).layers

@@ -8,8 +8,11 @@ import pytest
 import tensorflow as tf
 
 from hypernet.core import plugins
-from hypernet.training import config_lib, loop, tasks
+from hypernet import config_lib
 
+from hypernet.training import loop
+
+from hypernet.tasks import classification, protocol
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # plugin_user_module
 import plugin_user_module  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -59,19 +62,19 @@ def test_default_train_gradients_differentiate_train_loss():
 
 def test_a_duck_typed_task_is_wrapped_with_its_own_members_first():
   duck = plugin_user_module.LinearRegressionTask(_config())
-  task = tasks.as_task(duck)
-  assert isinstance(task, tasks.Task) and task.wrapped is duck
-  assert tasks.as_task(task) is task
+  task = protocol.as_task(duck)
+  assert isinstance(task, protocol.Task) and task.wrapped is duck
+  assert protocol.as_task(task) is task
   assert task.metric_names == ["loss"] and task.describe() == {}
   assert task.trainable_variables == [duck.w] and task.w_true is duck.w_true  # Forwarded.
   assert task.train_loss.__self__ is duck
 
 
 def test_built_in_tasks_are_tasks():
-  from hypernet.training import continual_tasks, meta_tasks  # pylint: disable=g-import-not-at-top
-  for cls in (tasks.ClassificationTask, tasks.MultiTaskClassificationTask,
-              continual_tasks.ContinualTask, meta_tasks.MetaLearningTask):
-    assert issubclass(cls, tasks.Task) and not tasks.missing_members(cls), cls
+  from hypernet.tasks import continual_learning, meta_learning  # pylint: disable=g-import-not-at-top
+  for cls in (classification.ClassificationTask, classification.MultiTaskClassificationTask,
+              continual_learning.ContinualTask, meta_learning.MetaLearningTask):
+    assert issubclass(cls, protocol.Task) and not protocol.missing_members(cls), cls
 
 
 def test_a_subclassed_user_task_runs_through_the_config(tmp_path):
@@ -88,5 +91,5 @@ def test_incomplete_tasks_fail_with_one_line(tmp_path):
   assert message == (f"config.task='{M}:IncompleteSubclass': IncompleteSubclass lacks "
                      "['trainable_variables', 'trackables', 'train_dataset', 'eval_dataset', "
                      "'eval_sums', 'apply_state', 'train_loss (or train_gradients)'] of the "
-                     "task interface (hypernet/training/tasks.py; docs/keras.md, 'Plug-ins').")
+                     "task interface (hypernet/tasks/protocol.py; docs/keras.md, 'Plug-ins').")
   assert not (tmp_path / "a").exists()

@@ -172,7 +172,7 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
 
 
 def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path):
-  from hypernet.training import config_lib
+  from hypernet import config_lib
   loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
   plain = _small_config(num_steps=40, **{"hypernet.kind": "none"})
   with pytest.raises(config_lib.ConfigError,

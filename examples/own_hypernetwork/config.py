@@ -7,7 +7,7 @@ hypernet's command line on the digits:
 ``config.hypernet.kind`` names the class; the kind's own constructor argument ``rank`` is
 a field of ``config.hypernet`` by its own name (``--config.hypernet.rank=8`` works).
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -6,7 +6,7 @@ generating every weight of the model:
 
 (checkpoints, TensorBoard, resume, tf.distribute and the NaN guard as for any config).
 """
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def get_config():

@@ -14,7 +14,7 @@ from hypernet.core import plugins
 
 class ConfigError(ValueError):
   """A config field is unknown, missing, of the wrong type or has an impossible value (also
-  ``hypernet.training.config_lib.ConfigError``: one class, so that an error a component's
+  ``hypernet.config_lib.ConfigError``: one class, so that an error a component's
   constructor raises while a config builds it reads as one line naming the field)."""
 
 

@@ -151,3 +151,33 @@ def build_weight_source(config, target: keras.Model) -> WeightSource:
                               quantize_targets=hc.quantize_targets)
   except ValueError as e:
     raise ConfigError(f"config.hypernet: {e}") from e
+
+
+def check_target_patterns(config, target) -> None:
+  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight
+  of ``target`` (a built Keras model), and that the chosen kind can generate the selected
+  weights (its ``check_target_spec``: the static kind takes square conv kernels only).
+
+  Raises:
+    ConfigError: naming ``config.hypernet.targets``: the pattern that matches nothing
+      (with the target's trainable weight paths), or the kind's objection and its fix.
+  """
+  kind = config.hypernet.kind
+  if kind == "none":
+    return
+  variables = functional.variable_paths(target, trainable=True)
+  targets = config.hypernet.targets
+  patterns = [p.strip() for p in str(targets).split(",") if p.strip()]
+  for pattern in patterns:
+    if not any(functional._matches(pattern, p) for p in variables):  # pylint: disable=protected-access
+      raise ConfigError(
+          f"config.hypernet.targets={targets!r}: the pattern {pattern!r} "
+          f"matches no trainable weight of the target network {target.name!r}. Its "
+          f"trainable weights: {list(variables)}.")
+  selected = {p: v.shape for p, v in variables.items()
+              if any(functional._matches(q, p) for q in patterns)}  # pylint: disable=protected-access
+  try:
+    base.KINDS.get(kind).check_target_spec(selected)
+  except ValueError as e:
+    raise ConfigError(f"config.hypernet.targets={targets!r} (config.hypernet.kind="
+                      f"{kind!r}): {e}") from e

@@ -2,7 +2,7 @@
 
 Four blocks of [3x3 conv with ``filters`` channels, BatchNorm, ReLU, 2x2 max-pool]
 followed by a dense head. On 28x28 inputs the features are 1x1x64 (28 -> 14 -> 7 -> 3 ->
-1). Meant to move to ``hypernet/training/models.py``; nothing here depends on the meta-learners.
+1). Meant to move to ``hypernet/tasks/targets.py``; nothing here depends on the meta-learners.
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ from absl import logging
 import ml_collections
 import tensorflow as tf
 
-from hypernet.training import console, distribute, objectives, summaries
+from hypernet.training import console, distribute, summaries
+
+from hypernet.tasks import objectives
 from hypernet.training.workdir import Workdir
 
 
@@ -465,7 +467,7 @@ def config_changes(workdir: str, config) -> list:
   """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
   config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
   is saved)."""
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   path = Workdir(workdir).config
   if not tf.io.gfile.exists(path):
     return []

@@ -216,7 +216,7 @@ def unknown_flag_hint(name: str, argv: List[str]) -> Optional[str]:
   --config.num_steps=5?``, ``--lr`` -> ``--config.optim.lr`` (the schema's leaf fields by
   full dotted path or by last name, then the closest last name). ``None`` when no field
   is close."""
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   paths = _leaf_paths(config_lib.base_config())
   matches = [p for p in paths if p == name] or \
       [p for p in paths if p.rsplit(".", 1)[-1] == name]
@@ -296,7 +296,8 @@ def user_errors() -> tuple:
   """Errors whose message tells the user what to fix; entry points print them as one line
   without a Python traceback (``--traceback`` shows it). TensorFlow-free: the errors of
   modules that import TensorFlow are included once they are loaded."""
-  from hypernet.training import config_lib, export  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import export  # pylint: disable=g-import-not-at-top
   errors = [config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
             export.ExportPathError, export.ExportConditionError, export.NotExportableError]
   for module, name in (("hypernet.training.checkpoints", "WorkdirInUseError"),
@@ -383,13 +384,13 @@ def _local(path: str) -> bool:
 def check_train_args(config, workdir: str) -> None:
   """What ``python -m hypernet.train`` can check without TensorFlow, so that a user error
   is reported in a second instead of after the TensorFlow import: the config
-  (:func:`hypernet.training.config_lib.validate`: fields, types, ranges such as
+  (:func:`hypernet.config_lib.validate`: fields, types, ranges such as
   ``num_steps=0``), a workdir that is a file, and the IDX files of Fashion-MNIST / MNIST.
 
   Raises:
     ConfigError, NotADirectoryError, FileNotFoundError: naming the field, flag or file.
   """
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config_lib.validate(config)
   check_workdir_is_folder(workdir)
   if config.task not in ("few_shot", "sinusoid") and \
@@ -409,7 +410,7 @@ def read_workdir_config(workdir: str, flag: str = "--workdir"):
     ConfigError: the file does not fit this version's config schema.
   """
   import json  # pylint: disable=g-import-not-at-top
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   check_workdir_is_folder(workdir, flag)
   path = Workdir(workdir).config
   if _local(path):

@@ -33,7 +33,7 @@ def _tf_config() -> dict:
   try:
     return json.loads(os.environ.get("TF_CONFIG", "") or "{}")
   except json.JSONDecodeError as e:
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     raise config_lib.ConfigError(f"TF_CONFIG is not valid JSON ({e}); it must look like "
                      '{"cluster": {"worker": ["host:port", ...]}, '
                      '"task": {"type": "worker", "index": 0}}.') from e
@@ -101,7 +101,7 @@ def _tpu() -> tf.distribute.Strategy:
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     raise config_lib.ConfigError("config.distribution='tpu' but no TPU was found (set "
                                  f"$TPU_NAME, or use 'auto'/'mirrored'): {e}") from e
   return tf.distribute.TPUStrategy(resolver)

@@ -18,7 +18,7 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   """A fresh copy of ``task.target`` holding the weights the target runs on.
 
   Args:
-    task: a built task with a ``target`` network (:mod:`hypernet.training.tasks`).
+    task: a built task with a ``target`` network (:mod:`hypernet.tasks.classification`).
     condition: for a conditional hypernetwork, the condition (task id) whose weights
       are exported, in ``[0, num_conditions)``; default 0. Ignored otherwise.
 
@@ -33,8 +33,8 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  from hypernet.training import task_protocol  # pylint: disable=g-import-not-at-top
-  task = task_protocol.as_task(task)
+  from hypernet.tasks import protocol  # pylint: disable=g-import-not-at-top
+  task = protocol.as_task(task)
   target = task.target
   if target is None:
     raise ValueError(f"Task {type(task).__name__} has no target network to export.")
@@ -143,8 +143,8 @@ def check_export_path(path: str) -> None:
 def input_scale(task) -> Optional[float]:
   """The factor the training pipeline multiplies stored pixels by (``data.pixel_scale``),
   or ``None`` when the task has no image data set (meta-learning, sinusoid)."""
-  from hypernet.training import task_protocol  # pylint: disable=g-import-not-at-top
-  scale = getattr(task_protocol.as_task(task).data, "pixel_scale", None)
+  from hypernet.tasks import protocol  # pylint: disable=g-import-not-at-top
+  scale = getattr(protocol.as_task(task).data, "pixel_scale", None)
   return None if scale is None else float(scale)
 
 

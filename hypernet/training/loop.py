@@ -1,6 +1,6 @@
 """The one training loop: ``train_and_evaluate(config, workdir)`` and its :class:`Trainer`.
 
-Every algorithm is a task (:class:`hypernet.training.tasks.Task`) trained by this loop:
+Every algorithm is a task (:class:`hypernet.tasks.Task`) trained by this loop:
 the :class:`Trainer` builds task, optimiser, checkpoint and compiled step functions
 under the run's :class:`~hypernet.training.distribute.Runtime` (strategy, dtype policy),
 runs chunks of steps in one ``tf.function`` and evaluates; between chunks the periodic
@@ -20,7 +20,10 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-from hypernet.training import actions, distribute, objectives, tasks
+from hypernet.training import actions, distribute
+
+from hypernet.tasks import objectives, classification, protocol
+from hypernet.hypernetworks import source as sources
 from hypernet.training.workdir import Workdir
 from hypernet.numerics import devices, norm_relu_pool, second_order
 
@@ -147,7 +150,7 @@ class Trainer:
   """Holds the built task, optimiser, checkpoint and compiled step functions."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str,
-               build_task=tasks.build_task):
+               build_task=protocol.build_task):
     """Builds everything under ``config.distribution``'s strategy.
 
     Args:
@@ -155,8 +158,8 @@ class Trainer:
       workdir: the output folder (checkpoints under ``workdir/checkpoints`` on the
         chief; non-chief workers write theirs to a temporary folder).
       build_task: ``config -> task``, called inside the strategy scope (tests pass small
-        analytic tasks here); a task without :class:`~hypernet.training.tasks.Task` as
-        its base is wrapped (:func:`~hypernet.training.tasks.as_task`).
+        analytic tasks here); a task without :class:`~hypernet.tasks.Task` as
+        its base is wrapped (:func:`~hypernet.tasks.as_task`).
     """
     self.config = config
     self.workdir = workdir
@@ -182,7 +185,7 @@ class Trainer:
     if self.devices["warning"]:
       logging.warning(self.devices["warning"])
     with self.runtime.scope():
-      self.task = tasks.as_task(build_task(config))
+      self.task = protocol.as_task(build_task(config))
       self.variables = list(self.task.trainable_variables)
       if not self.variables:
         raise ValueError("The task has no trainable variables: everything is frozen "
@@ -348,7 +351,8 @@ class Trainer:
         exist but none is readable (the unreadable ones were set aside, so a rerun starts
         over).
     """
-    from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet.training import checkpoints  # pylint: disable=g-import-not-at-top
     folder = self.paths.checkpoints
     self.restored_from = None
     candidates = checkpoints.restore_candidates(folder) if tf.io.gfile.isdir(folder) else []
@@ -479,13 +483,14 @@ def _check_before_building(config) -> None:
   created or anything is built: a few-shot Omniglot run without a data folder, and
   hypernetwork patterns that match no weight of the target network (or weights the kind
   cannot generate), checked on the target built alone (cheap) for image classification,
-  continual ``hnet``, sinusoid and Omniglot few-shot tasks."""
-  from hypernet.training import config_lib, models  # pylint: disable=g-import-not-at-top
+  continual ``hnet``, sinusoid and Omniglot few-shot classification."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.tasks import targets
   from hypernet import data as data_lib  # pylint: disable=g-import-not-at-top
   omniglot = config.task == "few_shot" and config.data.name == "omniglot"
   if omniglot:
-    from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
-    meta_tasks.omniglot_dir(config)
+    from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
+    meta_learning.omniglot_dir(config)
   plugins = config_lib.is_plugin_value("model.name", config.model.name) or \
       config_lib.is_plugin_value("data.name", config.data.name)
   if config.hypernet.kind == "none" and not plugins:  # (Plug-ins: checked here, unbuilt.)
@@ -493,15 +498,15 @@ def _check_before_building(config) -> None:
   if config.task in ("classification", "multitask_classification") or (
       config.task == "continual" and config.continual.method == "hnet"):
     data = data_lib.load_classification(config.data)
-    target = models.make_target(config.model, data.image_shape, data.num_classes)
+    target = targets.make_target(config.model, data.image_shape, data.num_classes)
   elif config.task == "sinusoid" or omniglot:
-    from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
+    from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
     size = config.data.image_size
-    target = meta_tasks.make_meta_target(config, (1,) if config.task == "sinusoid" else
-                                         (size, size, 1), meta_tasks.head_ways(config))
+    target = meta_learning.make_meta_target(config, (1,) if config.task == "sinusoid" else
+                                         (size, size, 1), meta_learning.head_ways(config))
   else:
     return
-  config_lib.check_target_patterns(config, target)
+  sources.check_target_patterns(config, target)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -538,7 +543,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     WorkdirWriteError: a checkpoint or other file could not be written (disk full, no
       permission); names the folder, the previous checkpoint is kept.
   """
-  from hypernet.training import checkpoints, config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.training import checkpoints  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   config_lib.validate(config)
   # First TensorFlow work: multi-worker and TPU strategies set up the runtime (cached, so

@@ -71,10 +71,10 @@ class Writer:
         tf.summary.text(k, v)
 
   def config(self, config) -> None:
-    """The fields the run uses (:func:`hypernet.training.config_lib.used_fields`) as a
+    """The fields the run uses (:func:`hypernet.config_lib.used_fields`) as a
     markdown table under the ``config`` text tag: one row per dotted field, values as
     they are written on the command line (``(32, 64)``, ``'chunked'``)."""
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     rows = [f"| `{k}` | `{v!r}` |" for k, v in config_lib.used_fields(config).items()]
     self.text(0, {"config": "\n".join(["| field | value |", "|---|---|"] + rows)})
 
@@ -86,7 +86,7 @@ class Writer:
 
     Args:
       config: the experiment config; the fields the run uses become hyperparameters
-        (:func:`hypernet.training.config_lib.hparams`, display order kept).
+        (:func:`hypernet.config_lib.hparams`, display order kept).
       metrics: tags of the ``eval`` run shown as metric columns (``accuracy``, ``loss``).
       extra: more hyperparameter columns, e.g. ``{"params.trainable": 69824}``.
       trial_id: the session name (default: the workdir's folder name).
@@ -94,7 +94,7 @@ class Writer:
     if not self.enabled:
       return
     from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
     from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
     values = dict(config_lib.hparams(config))
     values.update(extra or {})
@@ -160,13 +160,13 @@ class Writer:
 # -- what the target network runs on ---------------------------------------------------
 def target_weights(task) -> Dict[str, tf.Tensor]:
   """The weights the target network runs on, ``{path: tensor}``
-  (:meth:`hypernet.training.tasks.Task.summary_weights`)."""
+  (:meth:`hypernet.tasks.Task.summary_weights`)."""
   return dict(task.summary_weights())
 
 
 def generated_paths(task) -> List[str]:
   """The target paths a task's weight source generates
-  (:meth:`hypernet.training.tasks.Task.generated_paths`)."""
+  (:meth:`hypernet.tasks.Task.generated_paths`)."""
   return list(task.generated_paths())
 
 
@@ -280,7 +280,7 @@ class ModelSummaries:
   training is unchanged.
 
   Args:
-    task: the built task (:mod:`hypernet.training.tasks`).
+    task: the built task (:mod:`hypernet.tasks.classification`).
     variables: the trainable variables the optimiser updates.
     config: the experiment config (``batch_size``, ``seed``, ``summaries.*``).
     strategy: the ``tf.distribute`` strategy the variables were made under.

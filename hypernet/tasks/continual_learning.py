@@ -16,8 +16,9 @@ import tensorflow as tf
 
 from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
+from hypernet.core.registry import ConfigError
 from hypernet.hypernetworks import source as sources
-from hypernet.training import models, objectives, task_protocol
+from hypernet.tasks import targets, objectives, protocol
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -60,7 +61,8 @@ class _State(tf.Module):
   """The continual-learning state a checkpoint holds (targets, Fisher, accuracy rows)."""
 
 
-class ContinualTask(task_protocol.Task):
+@protocol.TASKS.register("continual")
+class ContinualTask(protocol.Task):
   """Continual learning (see the module doc). Batches carry the task id ``"task"``
   (int32 scalar) and the global ``"step"`` besides ``"image"`` / ``"label"``.
 
@@ -84,7 +86,7 @@ class ContinualTask(task_protocol.Task):
     self.classes = c = self.tasks[0].num_classes
     self.method = cc.method
     multi_head = self.method in ("finetune", "ewc")
-    self.target = models.make_target(config.model, self.tasks[0].image_shape,
+    self.target = targets.make_target(config.model, self.tasks[0].image_shape,
                                      T * c if multi_head else c)
     self._make_state(cc)
     self._make_source(config)
@@ -125,8 +127,7 @@ class ContinualTask(task_protocol.Task):
       if cc.task_inference == "ppca":   # Each task's input density (filled at its end).
         d, r = int(np.prod(self.tasks[0].image_shape)), int(cc.ppca_components)
         if not 1 <= r < d:
-          from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
-          raise config_lib.ConfigError(
+          raise ConfigError(
               f"config.continual.ppca_components={r} must be in [1, {d}) (the images have "
               f"{d} values; 20 is the committed configs' choice).")
         self.state.ppca_mean = tf.Variable(tf.zeros([T, d]), trainable=False,
@@ -158,7 +159,7 @@ class ContinualTask(task_protocol.Task):
                                          name="hnet_targets")
     elif self.method == "independent":
       self.source = _TableSource(
-          self.target, lambda: models.make_target(config.model, self.tasks[0].image_shape, c),
+          self.target, lambda: targets.make_target(config.model, self.tasks[0].image_shape, c),
           T, config.seed)
     else:
       self.source = sources.IdentitySource(self.target)

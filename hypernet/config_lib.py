@@ -33,6 +33,8 @@ SELECTED_GROUPS = {
                                   "hypernet.hypernetworks",
                                   base="hypernet.hypernetworks.base:Hypernetwork")),
 }
+# The built-in tasks (hypernet/tasks/, @TASKS.register), read from source like the kinds.
+TASKS = Registry("task", "config.task", "hypernet.tasks", base="hypernet.tasks.protocol:Task")
 # Where the entries' constructor defaults differ, or the config starts elsewhere: the
 # config's default (tests/test_registries.py checks every disagreement is listed here).
 _GROUP_DEFAULTS = {"hypernet": {"hidden": (64,), "condition_dim": 8}}
@@ -51,15 +53,14 @@ _NONFINITE_MODES = ("stop", "skip")
 # Fields with a fixed set of values, checked before any work. The modules that act on
 # them hold the same lists (tests/test_config_lib.py checks they agree).
 CHOICES = {
-    "task": ("classification", "multitask_classification", "few_shot", "sinusoid",
-             "continual"),
+    "task": TASKS.declared_names(),
     "continual.method": ("hnet", "finetune", "ewc", "independent"),
     "continual.benchmark": ("split", "permuted"),
     "continual.task_inference": ("entropy", "ppca"),
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
-    # Omniglot feeds few-shot episodes only (hypernet/training/meta_tasks.py).
+    # Omniglot feeds few-shot episodes only (hypernet/tasks/meta_learning.py).
     "data.name": DATASETS.declared_names() + ("omniglot",),
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
@@ -156,7 +157,7 @@ def _check_schema(config, schema, prefix: str) -> None:
           f"config{'.' if prefix else ''}{prefix}{key} is not a known field.{hint} Known "
           f"fields{' of config.' + prefix[:-1] if prefix else ''}: {sorted(schema.keys())}. "
           f"{where[0].upper() + where[1:]} added to "
-          "hypernet/training/config_lib.py:base_config() with its default.")
+          "hypernet/config_lib.py:base_config() with its default.")
   for key in schema.keys():
     name = f"config.{prefix}{key}"
     if key not in config:
@@ -423,38 +424,6 @@ def validate(config) -> None:
   _add_plugin_fields(config, schema)
   _check_schema(config, schema, "")
   _check_values(config)
-
-
-def check_target_patterns(config, target) -> None:
-  """Checks that every pattern of ``config.hypernet.targets`` selects a trainable weight
-  of ``target`` (a built Keras model), and that the chosen kind can generate the selected
-  weights (its ``check_target_spec``: the static kind takes square conv kernels only).
-
-  Raises:
-    ConfigError: naming ``config.hypernet.targets``: the pattern that matches nothing
-      (with the target's trainable weight paths), or the kind's objection and its fix.
-  """
-  kind = config.hypernet.kind
-  if kind == "none":
-    return
-  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
-  from hypernet.hypernetworks.base import KINDS  # pylint: disable=g-import-not-at-top
-  variables = functional.variable_paths(target, trainable=True)
-  targets = config.hypernet.targets
-  patterns = [p.strip() for p in str(targets).split(",") if p.strip()]
-  for pattern in patterns:
-    if not any(functional._matches(pattern, p) for p in variables):  # pylint: disable=protected-access
-      raise ConfigError(
-          f"config.hypernet.targets={targets!r}: the pattern {pattern!r} "
-          f"matches no trainable weight of the target network {target.name!r}. Its "
-          f"trainable weights: {list(variables)}.")
-  selected = {p: v.shape for p, v in variables.items()
-              if any(functional._matches(q, p) for q in patterns)}  # pylint: disable=protected-access
-  try:
-    KINDS.get(kind).check_target_spec(selected)
-  except ValueError as e:
-    raise ConfigError(f"config.hypernet.targets={targets!r} (config.hypernet.kind="
-                      f"{kind!r}): {e}") from e
 
 
 def flatten(config, prefix: str = "") -> Dict[str, Any]:
@@ -773,7 +742,7 @@ def _continual_defaults(c) -> None:
   c.multitask = ml_collections.ConfigDict()
   c.multitask.label_shift = True
 
-  # Continual learning (config.task = "continual"; hypernet/training/continual_tasks.py):
+  # Continual learning (config.task = "continual"; hypernet/tasks/continual_learning.py):
   # num_steps = num_tasks * steps_per_task learns every task; fewer stops inside the
   # sequence (with a warning; a rerun with more steps resumes), more is an error.
   c.continual = ml_collections.ConfigDict()
@@ -799,7 +768,7 @@ def _continual_defaults(c) -> None:
 def _meta_defaults(c) -> None:
   import ml_collections  # pylint: disable=g-import-not-at-top
 
-  # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/training/meta_tasks.py).
+  # Meta-learning (config.task = "few_shot" | "sinusoid"; hypernet/tasks/meta_learning.py).
   # config.batch_size is then the meta-batch size (tasks per step), eval_batch_size the
   # tasks per evaluation batch.
   c.data.omniglot_zips = "images_background.zip"  # comma-separated, in data.data_dir

@@ -2,7 +2,7 @@
 
 A task bundles a weight source (identity, hypernetwork, meta-learner), the target
 network, an objective and the data; each is a
-:class:`~hypernet.training.task_protocol.Task` (re-exported here), the only interface
+:class:`~hypernet.tasks.protocol.Task` (re-exported here), the only interface
 the loop (:mod:`hypernet.training.loop`) talks to. :func:`build_task` builds the one
 ``config.task`` names.
 """
@@ -15,12 +15,13 @@ import tensorflow as tf
 from hypernet import data as data_lib
 from hypernet.core import functional
 from hypernet.hypernetworks import source as sources
-from hypernet.training import models, objectives
-from hypernet.training.task_protocol import (  # pylint: disable=unused-import
-    TASK_INTERFACE, Task, TaskAdapter, as_task, missing_members)
+from hypernet.tasks import targets, objectives
+from hypernet.tasks.protocol import (  # pylint: disable=unused-import
+    TASK_INTERFACE, TASKS, Task, TaskAdapter, as_task, missing_members)
 from hypernet.data import pipeline
 
 
+@TASKS.register("classification")
 class ClassificationTask(Task):
   """Image classification with any weight source (plain or hypernetwork).
 
@@ -36,7 +37,7 @@ class ClassificationTask(Task):
   def __init__(self, config, data=None):
     self.config = config
     self.data = data if data is not None else data_lib.load_classification(config.data)
-    self.target = models.make_target(config.model, self.data.image_shape, self.data.num_classes)
+    self.target = targets.make_target(config.model, self.data.image_shape, self.data.num_classes)
     self.source = sources.build_weight_source(config, self.target)
     # Weight / activity regularizers and add_loss terms of the target: added to the
     # objective (computed on the weights actually used) and logged.
@@ -90,6 +91,7 @@ class ClassificationTask(Task):
     return counts
 
 
+@TASKS.register("multitask_classification")
 class MultiTaskClassificationTask(ClassificationTask):
   """Multi-task classification with a conditional hypernetwork, one forward pass per batch.
 
@@ -202,51 +204,3 @@ def add_regularization(loss, losses, sums):
   if loss is None:
     return None
   return loss + tf.cast(tf.nn.scale_regularization_loss(penalty), loss.dtype)
-
-
-def build_plugin_task(config) -> Task:
-  """``config.task = "package.module:Class"``: ``Class(config)``, checked against the task
-  interface (:class:`Task`; a class with another base is wrapped, :func:`as_task`).
-
-  Raises:
-    ValueError (PluginError): the import fails, or the class lacks part of the interface
-      (lists what is missing), naming ``config.task``.
-  """
-  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
-  cls = plugins.load_object(config.task, "config.task")
-  subclass = isinstance(cls, type) and issubclass(cls, Task)
-  task = None if subclass else cls(config)
-  missing = missing_members(cls if subclass else task)
-  if missing:
-    raise plugins.PluginError(
-        f"config.task={config.task!r}: {cls.__name__ if subclass else type(task).__name__} "
-        f"lacks {missing} of the task interface (hypernet/training/tasks.py; docs/keras.md, "
-        "'Plug-ins').")
-  if subclass:
-    task = cls(config)
-  return as_task(task)
-
-
-def build_task(config):
-  """Builds the task named by ``config.task`` (call inside the strategy scope).
-
-  A ``"package.module:Class"`` task is the user's (:func:`build_plugin_task`).
-
-  Raises:
-    ValueError: an unknown ``config.task`` (lists the known ones).
-  """
-  if config.task == "classification":
-    return ClassificationTask(config)
-  if config.task == "multitask_classification":
-    return MultiTaskClassificationTask(config)
-  if config.task == "continual":
-    from hypernet.training import continual_tasks  # pylint: disable=g-import-not-at-top
-    return continual_tasks.ContinualTask(config)
-  if ":" in str(config.task):
-    return build_plugin_task(config)
-  from hypernet.training import meta_tasks  # pylint: disable=g-import-not-at-top
-  if config.task in meta_tasks.TASKS:  # few_shot, sinusoid
-    return meta_tasks.MetaLearningTask(config)
-  raise ValueError(f"config.task={config.task!r} is unknown; known: "
-                   f"{['classification', 'multitask_classification', 'continual'] + list(meta_tasks.TASKS)}"
-                   " or 'package.module:Class'.")

@@ -9,6 +9,9 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from hypernet.core import functional
+from hypernet.core.registry import Registry
+
+TASKS = Registry("task", "config.task", "hypernet.tasks", base="hypernet.tasks.protocol:Task")
 
 
 class Task(abc.ABC):
@@ -207,3 +210,39 @@ def missing_members(task) -> List[str]:
     missing = [name for name in TASK_INTERFACE if not hasattr(task, name)]
     has_loss = hasattr(task, "train_loss") or hasattr(task, "train_gradients")
   return missing + ([] if has_loss else ["train_loss (or train_gradients)"])
+
+
+def build_plugin_task(config) -> Task:
+  """``config.task = "package.module:Class"``: ``Class(config)``, checked against the task
+  interface (:class:`Task`; a class with another base is wrapped, :func:`as_task`).
+
+  Raises:
+    ValueError (PluginError): the import fails, or the class lacks part of the interface
+      (lists what is missing), naming ``config.task``.
+  """
+  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
+  cls = plugins.load_object(config.task, "config.task")
+  subclass = isinstance(cls, type) and issubclass(cls, Task)
+  task = None if subclass else cls(config)
+  missing = missing_members(cls if subclass else task)
+  if missing:
+    raise plugins.PluginError(
+        f"config.task={config.task!r}: {cls.__name__ if subclass else type(task).__name__} "
+        f"lacks {missing} of the task interface (hypernet/tasks/protocol.py; docs/keras.md, "
+        "'Plug-ins').")
+  if subclass:
+    task = cls(config)
+  return as_task(task)
+
+
+def build_task(config) -> Task:
+  """Builds the task named by ``config.task`` (call inside the strategy scope): a name
+  registered in :data:`TASKS`, or the user's ``"package.module:Class"``
+  (:func:`build_plugin_task`).
+
+  Raises:
+    ValueError (PluginError): an unknown ``config.task`` (lists the known ones).
+  """
+  if ":" in str(config.task):
+    return build_plugin_task(config)
+  return TASKS.get(config.task)(config)

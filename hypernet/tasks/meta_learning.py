@@ -1,6 +1,6 @@
 """Meta-learning tasks for the one train loop: few-shot classification and sinusoids.
 
-:class:`MetaLearningTask` implements the task interface of :mod:`hypernet.training.tasks` for an
+:class:`MetaLearningTask` implements the task interface of :mod:`hypernet.tasks.classification` for an
 inner-loop learner of :mod:`hypernet.meta` (MAML, first-order MAML, Meta-SGD, ANIL):
 
 * a *batch* is a meta-batch of tasks (``config.batch_size`` tasks summed over replicas;
@@ -31,7 +31,7 @@ never seen in meta-training), or ``"digits"`` / ``"fashion_mnist"`` / ``"mnist"`
 episodes from the train images, test episodes from the test images of the *same*
 classes: these have too few classes for a class split). Target: ``config.model.name``
 ``"conv4"`` (Finn et al.'s four conv-BN-ReLU-pool blocks, ``config.model.conv_widths``
-equal widths, one per block) or ``"cnn"`` (:func:`hypernet.training.models.make_target`).
+equal widths, one per block) or ``"cnn"`` (:func:`hypernet.tasks.targets.make_target`).
 
 ``"sinusoid"``: regression on ``y = A sin(x - phi)`` (Finn et al. 2017 Sec. 5.1), K =
 ``config.meta.num_shots`` support points; an MLP with ``config.meta.mlp_widths`` ReLU
@@ -73,8 +73,9 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.core import functional
+from hypernet.core.registry import ConfigError
 from hypernet.hypernetworks import source as sources
-from hypernet.training import models, task_protocol
+from hypernet.tasks import targets, protocol
 from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
 from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,
@@ -194,13 +195,11 @@ def _load_few_shot_data(config):
     folder = omniglot_dir(config)
     zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
     if not zips:
-      from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
-      raise config_lib.ConfigError("config.data.omniglot_zips is empty; name the image "
+      raise ConfigError("config.data.omniglot_zips is empty; name the image "
                                    "zips, e.g. 'images_background.zip'.")
     images = omniglot.load_omniglot(zips, data_dir=folder, image_size=dc.image_size)
     if not 1 <= dc.num_test_characters < images.num_classes:
-      from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
-      raise config_lib.ConfigError(
+      raise ConfigError(
           f"config.data.num_test_characters={dc.num_test_characters} leaves no meta-train "
           f"or meta-test characters: {', '.join(zips)} hold {images.num_classes} characters; "
           f"pick 1..{images.num_classes - 1}.")
@@ -223,21 +222,20 @@ def _load_few_shot_data(config):
 def _check_episodes_fit(config, train_data, test_data) -> None:
   """Raises ConfigError (naming the field) when an episode asks for more classes, or
   more examples of a class, than the meta-train or meta-test data hold."""
-  from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
   mc = config.meta
   for side, data, queries, name, ways, ways_name in (
       ("meta-train", train_data, mc.num_queries, "num_queries", train_ways(config),
        "train_ways" if mc.get("train_ways", 0) else "num_ways"),
       ("meta-test", test_data, mc.eval_queries, "eval_queries", mc.num_ways, "num_ways")):
     if ways > data.num_classes:
-      raise config_lib.ConfigError(
+      raise ConfigError(
           f"config.meta.{ways_name}={ways} exceeds the {data.num_classes} {side} classes "
           f"of config.data.name={config.data.name!r}; lower {ways_name}" + (
               " or config.data.num_test_characters." if config.data.name == "omniglot"
               else "."))
     fewest = int(np.min(data.class_counts))
     if mc.num_shots + queries > fewest:
-      raise config_lib.ConfigError(
+      raise ConfigError(
           f"config.meta.num_shots + {name} = {mc.num_shots} + {queries} exceeds the {fewest} "
           f"examples of the smallest {side} class; lower num_shots or {name}.")
 
@@ -250,9 +248,8 @@ def omniglot_dir(config) -> str:
   """
   folder = os.path.expanduser(str(config.data.data_dir).strip())
   if not folder:
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
-    raise config_lib.ConfigError(
+    raise ConfigError(
         "config.data.data_dir is empty: set it to the folder holding the Omniglot zips "
         f"({config.data.omniglot_zips}; and all_runs.zip for config.meta.one_shot_runs), "
         f"e.g. --config.data.data_dir=~/data/omniglot. Get them from {omniglot.OMNIGLOT_URL} "
@@ -310,7 +307,7 @@ def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
           f"config.model.kernel_l2={mc.kernel_l2}: meta-learning tasks do not add the "
           "target's regularizer penalties to the inner or outer loss yet; set it to 0 "
           "(or regularise through config.optim.weight_decay with optim.name='adamw').")
-    return models.make_target(mc, tuple(input_shape), num_outputs)
+    return targets.make_target(mc, tuple(input_shape), num_outputs)
   raise ValueError(f"config.model.name={mc.name!r} for meta-learning; use 'conv4' or 'cnn'.")
 
 
@@ -385,7 +382,9 @@ def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
   raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
 
 
-class MetaLearningTask(task_protocol.Task):
+@protocol.TASKS.register("few_shot")
+@protocol.TASKS.register("sinusoid")
+class MetaLearningTask(protocol.Task):
   """Meta-learning (few-shot classification or sinusoid regression) for the train loop.
 
   Batches (leading axis: the replica's ``t`` tasks): few-shot ``support_x`` float32
@@ -516,19 +515,18 @@ class MetaLearningTask(task_protocol.Task):
     return omniglot.load_one_shot_runs(path, image_size=self.config.data.image_size)
 
   def _check_runs(self, image_shape) -> None:
-    from hypernet.training import config_lib  # pylint: disable=g-import-not-at-top
     mc = self.config.meta
     if not self.runs:
-      raise config_lib.ConfigError("config.meta.one_shot_runs gave no runs.")
+      raise ConfigError("config.meta.one_shot_runs gave no runs.")
     ways = len(self.runs[0].support_x)
     if (mc.num_ways, mc.num_shots, mc.eval_queries) != (ways, 1, 1):
-      raise config_lib.ConfigError(
+      raise ConfigError(
           f"config.meta.one_shot_runs: the official runs are {ways}-way 1-shot with one "
           f"query per class, so they need num_ways={ways}, num_shots=1, eval_queries=1 "
           f"(got {mc.num_ways}, {mc.num_shots}, {mc.eval_queries}): meta-train a "
           f"{ways}-way model (configs/omniglot_20way_maml.py) or set one_shot_runs=''.")
     if tuple(self.runs[0].support_x.shape[1:]) != tuple(image_shape):
-      raise config_lib.ConfigError(
+      raise ConfigError(
           f"One-shot run images {self.runs[0].support_x.shape[1:]} differ from the "
           f"training images {tuple(image_shape)}; use the same config.data.image_size.")
 
@@ -655,7 +653,7 @@ class MetaLearningTask(task_protocol.Task):
 
   def train_gradients(self, batch, global_batch_size, variables, scale_loss=None):
     """This replica's loss share, metric sums, new state and gradients (the task
-    interface's optional gradient method, :mod:`hypernet.training.tasks`).
+    interface's optional gradient method, :mod:`hypernet.tasks.classification`).
 
     With ``config.meta.parallel="accumulate"`` the meta-gradient is accumulated task by
     task (:func:`hypernet.meta.meta_batch.meta_batch_gradients`: memory of one task);
