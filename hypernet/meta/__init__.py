@@ -1,6 +1,8 @@
 """Meta-learning: inner-loop learners producing fast weights, and meta-batches of tasks.
 
-Learners (weight sources whose context is a support set): :class:`MAML`,
+Learners (:class:`Learner`, registered in :data:`LEARNERS`; weight sources whose context
+is a support set): :class:`MAML` (its inner update rule from :mod:`hypernet.meta.rules`:
+SGD, Meta-SGD, LSLR, momentum, Adam),
 :class:`FirstOrderMAML`, :class:`MetaSGD`, :class:`ANIL`, :class:`SupportHypernetwork` (the
 head generated from the support set's class prototypes), :class:`SupportTargetHypernetwork`
 (the body generated too, by a hypernetwork conditioned on the support set) and
@@ -14,6 +16,8 @@ task: memory of one task) or :func:`meta_batch_loss` (the loss under the caller'
 from hypernet.meta.anil import ANIL, split_sequential
 from hypernet.meta.conv4 import make_conv4
 from hypernet.meta.implicit import ImplicitMAML
+from hypernet.meta.learner import LEARNERS, Learner, call_target
+from hypernet.meta import rules
 from hypernet.meta.inner_loop import (FirstOrderMAML, MAML, MetaSGD,
                                       MissingInnerGradientError, inner_sgd,
                                       inner_sgd_recompute, msl_weights)
@@ -24,9 +28,10 @@ from hypernet.meta.meta_batch import (MetaBatchGradients, MetaBatchResult,
                                       meta_batch_gradients, meta_batch_loss)
 
 __all__ = [
-    "ANIL", "FirstOrderMAML", "ImplicitMAML", "MAML", "MetaBatchGradients", "MetaBatchResult", "MetaSGD",
+    "ANIL", "FirstOrderMAML", "ImplicitMAML", "LEARNERS", "Learner", "MAML", "MetaBatchGradients", "MetaBatchResult", "MetaSGD",
     "MissingInnerGradientError", "PerStepBatchNormalization", "SupportHypernetwork",
     "SupportTargetHypernetwork",
     "inner_sgd", "inner_sgd_recompute", "msl_weights",
-    "make_conv4", "meta_batch_gradients", "meta_batch_loss", "split_sequential",
+    "call_target", "make_conv4", "meta_batch_gradients", "meta_batch_loss", "rules",
+    "split_sequential",
 ]
