@@ -373,9 +373,8 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   the last to the first, recomputing each step's support pass and inner gradient under a
   tape and back-propagating the upstream gradient through it
   (``g_k = g_{k+1} - alpha_k H_k g_{k+1}``, plus the terms of the weights that are not
-  adapted and of learned learning rates). Peak memory is one inner step's; the price is
-  one more forward and backward support pass per inner step (Griewank and Walther 2008,
-  checkpointing every step).
+  adapted and of learned learning rates). Peak memory is one inner step's, for one more
+  support pass per inner step (Griewank and Walther 2008, checkpointing every step).
 
   Args and returns as :func:`inner_sgd` (always second order, plain gradient descent:
   ``inner_lr`` in any of its forms). The returned state is not differentiated (its float
@@ -436,15 +435,10 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     return [tf.identity(t) for ph in outputs for t in ph], grad
 
   flat = unrolled(*([full[p] for p in paths] + lr_inputs))
+  steps_out = [dict(weights, **dict(zip(adapted, flat[i:i + n_adapted])))
+               for i in range(0, len(flat), n_adapted)]
   final_state = {p: tf.stop_gradient(t) for p, t in states[-1].items()}
-  steps_out = []
-  for i in range(len(flat) // n_adapted):
-    fast = dict(weights)
-    fast.update(zip(adapted, flat[i * n_adapted:(i + 1) * n_adapted]))
-    steps_out.append(fast)
-  if return_steps:
-    return steps_out, final_state
-  return steps_out[-1], final_state
+  return (steps_out if return_steps else steps_out[-1]), final_state
 
 
 def msl_weights(step, anneal_steps: int, inner_steps: int, dtype=tf.float32) -> tf.Tensor:

@@ -209,7 +209,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   tasks all start from the same initial weights and state.
 
   Args:
-    learner: a :class:`hypernet.meta.learner.Learner` (MAML, ANIL, ...).
+    learner: a :class:`hypernet.meta.learner.Learner`.
     batch: dict with ``support_x``, ``support_y``, ``query_x``, ``query_y`` (module doc).
     weights: optional initial weights ``{path: tensor}`` shared by all tasks (e.g. a
       hypernetwork's output); others come from the target's variables.
@@ -223,9 +223,8 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     before_metrics: also evaluate the query set at the initial weights (one more forward
       pass per task, about a quarter of a 1-shot meta-step; e.g. only at evaluation).
     parallel_iterations: ``tf.map_fn``'s parallel iterations (None: TF's default).
-    msl_weights: with a learner's ``multi_step_loss``, ``[inner_steps]`` weights of the
-      query loss after each inner step (:func:`hypernet.meta.inner_loop.msl_weights`;
-      ``None``: the final step alone).
+    msl_weights: with ``learner.multi_step_loss``, ``[inner_steps]`` weights of the query
+      loss after each step (:func:`hypernet.meta.msl_weights`; ``None``: the last alone).
     adapt_options: options of every ``learner.adapt`` call: ``inner_steps``,
       ``inner_training``, ``first_order`` (:meth:`hypernet.meta.learner.Learner.adapt`).
 
@@ -248,10 +247,8 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   state = _target_state(model, state)
   # Per-task results in the weights' dtype (float64 models give float64 losses).
   loss_dtype = next(iter(init.values())).dtype
-  metric_names = _metric_names(accuracy, before_metrics)
   msl = uses_multi_step_loss(learner)
-  if msl:
-    metric_names.append("msl_objective")
+  metric_names = _metric_names(accuracy, before_metrics) + (["msl_objective"] if msl else [])
 
   def task(elems):
     sx, sy, qx, qy = elems
@@ -272,11 +269,11 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
                {p: tf.TensorSpec(t.shape, t.dtype) for p, t in state.items()})
   per_task, states = _map_tasks(task, tuple(batch[k] for k in BATCH_KEYS), parallel,
                                 signature, parallel_iterations)
-  loss = tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"])
-  metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
-  new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
-               for p, s in states.items()}
-  return MetaBatchResult(loss, metrics, new_state, per_task)
+  return MetaBatchResult(
+      tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"]),
+      {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()},
+      {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
+       for p, s in states.items()}, per_task)
 
 
 class MetaBatchGradients(NamedTuple):
@@ -309,19 +306,14 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
                          query_training: Optional[bool] = True,
                          accuracy: Optional[bool] = None, before_metrics: bool = False,
                          parallel_iterations: int = 1, staggered: bool = False,
-                         msl_weights=None,
-                         adapt_options: Optional[Mapping[str, object]] = None
-                         ) -> MetaBatchGradients:
+                         msl_weights=None, adapt_options=None) -> MetaBatchGradients:
   """Meta-gradients of a meta-batch, accumulated task by task in a ``tf.while_loop``.
 
-  For task ``t`` (support/query as in the module doc): fast weights from
-  ``learner.adapt``, query loss ``L_t`` at the fast weights, and, inside the same loop
-  iteration, ``d(task_weight * L_t) / d(weights, variables)`` by a tape that sees only
-  this task; the loop sums them. The result equals
-  ``tape.gradient(task_weight * sum_t L_t, ...)`` of :func:`meta_batch_loss`'s
-  per-task losses (``task_weight = 1/T``: the gradient of its ``loss``), up to float
-  summation order, with the memory of one task: Finn et al. 2017's meta-gradient (Alg. 2,
-  line 10), accumulated as their reference implementation's per-task ``backward()`` does.
+  For task ``t``: fast weights from ``learner.adapt``, query loss ``L_t`` at them, and in
+  the same loop iteration ``d(task_weight * L_t) / d(weights, variables)`` by a tape that
+  sees only this task; the loop sums them: :func:`meta_batch_loss`'s gradient
+  (``task_weight = 1/T``) up to float summation order, with the memory of one task
+  (Finn et al. 2017, Alg. 2 line 10, as their per-task ``backward()``).
   Call it in a ``tf.function`` (eagerly the loop runs in Python; results are the same).
   No outer tape is needed: run a weight producer (hypernetwork) under your own tape and
   chain ``weight_grads`` through it with ``tape.gradient(..., output_gradients=)``.
@@ -338,21 +330,16 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     state: optional non-trainable state ``{path: tensor}``; default the target's.
     task_weight: scalar multiplying each task's loss before differentiation (e.g. a loss
       scale / the global meta-batch size); default ``1/T``.
-    query_training: as :func:`meta_batch_loss`.
-    accuracy: as :func:`meta_batch_loss`.
-    before_metrics: also evaluate the query set at the initial weights (one more forward
-      pass per task, not differentiated); off by default here.
+    query_training, accuracy: as :func:`meta_batch_loss`.
+    before_metrics: as :func:`meta_batch_loss` (off by default here).
     parallel_iterations: tasks in flight at once (1: memory of one task; more may overlap
       one task's forward pass with another's backward pass, with that many tasks' memory).
     staggered: with ``parallel_iterations > 1``, a task's query pass waits until the
-      previous task's query gradient is done, so only one task's query activations (the
-      large ones) are alive at a time, while the previous task's second-order pass back
-      through its inner loop (many small ops on the small support set) runs beside it.
-      The task's gradient is then taken in two parts, the same chain rule: ``g`` =
-      ``dL/d(fast weights, adapted float state)`` and the direct ``dL/d(sources)`` by a
-      tape over the query pass alone, then ``g`` back through the inner loop by a tape
-      over the adaptation. Meant for second order (first order has no pass back
-      through the inner loop to overlap; unstaggered tasks overlap fully).
+      previous task's query gradient is done: one task's query activations (the large
+      ones) alive at a time, beside the previous task's second-order pass back through
+      its inner loop (the same gradient in two parts: ``_TaskGradients._staggered``).
+      Meant for second order (first order has no such pass to overlap).
+    msl_weights, adapt_options: as :func:`meta_batch_loss`.
 
   Returns:
     A :class:`MetaBatchGradients`.
@@ -364,12 +351,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   """
   batch = _check_batch(batch)
   options = _check_options(adapt_options)
-  variables = list(variables)
-  bad = [type(v).__name__ for v in variables
-         if not isinstance(v, (tf.Variable, keras.Variable))]
-  if bad:
-    raise ValueError(f"variables must be tf.Variables (got {bad}); give tensors as "
-                     "weights= instead.")
+  variables = _check_variables(variables)
   if accuracy is None:
     accuracy = learner.loss_fn is losses.sparse_softmax_cross_entropy
   weights = {p: tf.convert_to_tensor(w) for p, w in (weights or {}).items()}
@@ -389,15 +371,24 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   metrics = {k: tf.reduce_mean(v) for k, v in per_task.items()}
   new_state = dict(state_first)
   new_state.update({p: s / tf.cast(num_tasks, s.dtype) for p, s in state_sum.items()})
-  new_state = {p: new_state[p] for p in state}
-  connected = one_task.connected
-  grads = [g if c else None for g, c in zip(acc, connected or [True] * len(acc))]
-  n = len(weights)
+  connected = one_task.connected or [True] * len(acc)
+  grads = [g if c else None for g, c in zip(acc, connected)]
   return MetaBatchGradients(
       loss=metrics["query_loss_after"],
       weight_grads={p: g if g is not None else tf.zeros_like(weights[p])
-                    for p, g in zip(weights, grads[:n])},
-      variable_grads=grads[n:], metrics=metrics, state=new_state, per_task=per_task)
+                    for p, g in zip(weights, grads[:len(weights)])},
+      variable_grads=grads[len(weights):], metrics=metrics,
+      state={p: new_state[p] for p in state}, per_task=per_task)
+
+
+def _check_variables(variables) -> List[tf.Variable]:
+  variables = list(variables)
+  bad = [type(v).__name__ for v in variables
+         if not isinstance(v, (tf.Variable, keras.Variable))]
+  if bad:
+    raise ValueError(f"variables must be tf.Variables (got {bad}); give tensors as "
+                     "weights= instead.")
+  return variables
 
 
 class _TaskGradients:
@@ -461,7 +452,10 @@ class _TaskGradients:
     return grads, result, {p: task_state[p] for p in self.state}, token_out
 
   def _staggered(self, tape, fast, task_state, qx, qy, token):
-    """The task's gradient in two parts (:func:`meta_batch_gradients`, ``staggered``)."""
+    """The task's gradient in two parts (:func:`meta_batch_gradients`, ``staggered``),
+    the same chain rule: ``g = dL/d(fast weights, adapted float state)`` and the direct
+    ``dL/d(sources)`` by a tape over the query pass alone, then ``g`` back through the
+    inner loop by ``tape``, the tape over the adaptation."""
     sources = self.sources()
     # What the query pass takes from the adaptation: the fast weights and the float
     # state (moving statistics the inner steps updated, which a query pass with
