@@ -44,15 +44,9 @@ class PerLayerMAML(hn.meta.Learner):
                                          name="log_lr_" + layer.replace("/", "_"))
                       for layer in layers}
 
-  def initial_weights(self, weights=None):
-    """Every trainable weight as a tensor: ``weights`` where given, else the target's
-    variable (a read the outer tape differentiates back to the variable)."""
-    out = dict(super().initial_weights(weights))
-    for p, v in hn.variable_paths(self.model, trainable=True).items():
-      out.setdefault(p, tf.convert_to_tensor(v))
-    return out
-
   def adapt(self, support_x, support_y, weights=None, state=None, **options):
+    """``inner_steps`` gradient steps from ``weights`` (every trainable weight:
+    ``hn.meta.Learner.initial_weights``), each layer at its own learned rate."""
     fast = self.initial_weights(weights)
     steps = options.get("inner_steps") or self.inner_steps
     training = options.get("inner_training")

@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.meta import inner_loop, rules
+from hypernet.meta import inner_loop
 from hypernet.meta import learner as learner_lib
 from hypernet.numerics import second_order
 
@@ -195,8 +195,7 @@ class ANIL(learner_lib.Learner):
     with self.name_scope:
       self.rule.build(functional.variable_paths(model, trainable=True), self.adapted_paths,
                       self.inner_steps)
-    if isinstance(self.rule, rules.MetaSGD):
-      self.inner_lrs = self.rule.rates
+    inner_loop.expose_rule_variables(self, self.rule)
 
   @property
   def body(self) -> keras.Model:

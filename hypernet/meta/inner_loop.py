@@ -515,6 +515,18 @@ def adapt_with_order(run, first_order: bool, switch, dtype, recompute: bool):
   return tf.cond(switch, lambda: run(True, None), lambda: run(False, None))
 
 
+def expose_rule_variables(learner, rule: rules.InnerRule) -> None:
+  """Makes ``rule``'s variables the learner's (trained and checkpointed with it): LSLR's
+  as ``learner.step_lrs``, Meta-SGD's as ``learner.inner_lrs`` (the names checkpoints
+  use), any other rule's as ``learner.rule_variables``."""
+  if isinstance(rule, rules.LSLR):
+    learner.step_lrs = rule.rates
+  elif isinstance(rule, rules.MetaSGD):
+    learner.inner_lrs = rule.rates
+  elif rule.variables:
+    learner.rule_variables = list(rule.variables)
+
+
 @learner_lib.LEARNERS.register("maml")
 class MAML(learner_lib.Learner):
   """Model-Agnostic Meta-Learning (Finn et al. 2017), second order by default.
@@ -600,11 +612,7 @@ class MAML(learner_lib.Learner):
     with self.name_scope:
       self.rule.build(functional.variable_paths(model, trainable=True), self.adapted_paths,
                       self.inner_steps)
-    # The learned rates stay attributes of the learner (checkpoints name them so).
-    if isinstance(self.rule, rules.LSLR):
-      self.step_lrs: Dict[str, tf.Variable] = self.rule.rates
-    elif isinstance(self.rule, rules.MetaSGD):
-      self.inner_lrs: Dict[str, tf.Variable] = self.rule.rates
+    expose_rule_variables(self, self.rule)
 
   @property
   def lslr(self) -> bool:

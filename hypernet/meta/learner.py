@@ -86,19 +86,15 @@ class Learner(tf.Module, abc.ABC):
     return {}
 
   def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-    """The weights the inner loop starts from: ``weights`` as tensors (default).
+    """The weights the inner loop starts from (default: ``weights`` as tensors plus every
+    trainable weight of the target they lack, read from its variable: a read an outer
+    tape differentiates back to the variable).
 
     Raises:
       ValueError: a path of ``weights`` is not a variable of the target.
     """
-    weights = dict(weights or {})
-    variables = functional.variable_paths(self._model)
-    unknown = [p for p in weights if p not in variables]
-    if unknown:
-      raise ValueError(
-          f"weights has path(s) {unknown} that are not variables of model "
-          f"{self._model.name!r}; known paths: {list(variables)}")
-    return {p: tf.convert_to_tensor(w) for p, w in weights.items()}
+    return initial_weights(self._model, weights,
+                           list(functional.variable_paths(self._model, trainable=True)))
 
   @abc.abstractmethod
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,

@@ -11,6 +11,7 @@ References:
 """
 from __future__ import annotations
 
+import inspect
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -280,6 +281,5 @@ def get_rule(rule, inner_lr: float, **hyper) -> InnerRule:
     raise ValueError(f"inner_rule={rule!r} is unknown; use one of {sorted(RULES)} or an "
                      "hypernet.meta.rules.InnerRule.")
   cls = RULES[rule]
-  import inspect  # pylint: disable=g-import-not-at-top
   names = inspect.signature(cls.__init__).parameters
   return cls(inner_lr, **{k: v for k, v in hyper.items() if k in names})

@@ -342,15 +342,15 @@ def _learner_group(config, cls) -> Dict[str, object]:
   mc = config.meta
   fields = meta.LEARNERS.fields(cls)
   group = {k: mc[k] for k in fields if k in mc}
-  renamed = dict(head=str(mc.anil_head), adapt=str(mc.adapt) or None,
-                 zero_init=str(mc.anil_head) if mc.zero_init_head else (),
-                 recompute=bool(mc.get("recompute_inner_steps", False)),
-                 lam=float(mc.imaml_lambda), cg_steps=int(mc.imaml_cg_steps),
-                 scale=float(mc.generator_scale), gate=float(mc.body_gate),
-                 seed=int(config.seed), inner_lr=float(mc.inner_lr),
-                 inner_steps=int(mc.inner_steps),
-                 generator_widths=tuple(mc.generator_widths))
-  group.update({k: v for k, v in renamed.items() if k in fields})
+  renamed = dict(
+      head=lambda: str(mc.anil_head), adapt=lambda: str(mc.adapt) or None,
+      zero_init=lambda: str(mc.anil_head) if mc.zero_init_head else (),
+      recompute=lambda: bool(mc.recompute_inner_steps), lam=lambda: float(mc.imaml_lambda),
+      cg_steps=lambda: int(mc.imaml_cg_steps), scale=lambda: float(mc.generator_scale),
+      gate=lambda: float(mc.body_gate), seed=lambda: int(config.seed),
+      inner_lr=lambda: float(mc.inner_lr), inner_steps=lambda: int(mc.inner_steps),
+      generator_widths=lambda: tuple(mc.generator_widths))
+  group.update({k: value() for k, value in renamed.items() if k in fields})
   if cls is inner_loop.FirstOrderMAML:
     group.pop("first_order", None)  # config.meta.first_order is support_hypernet's.
   return group
