@@ -351,8 +351,10 @@ def _learner_group(config, cls) -> Dict[str, object]:
       inner_lr=lambda: float(mc.inner_lr), inner_steps=lambda: int(mc.inner_steps),
       generator_widths=lambda: tuple(mc.generator_widths))
   group.update({k: value() for k, value in renamed.items() if k in fields})
-  if cls is inner_loop.FirstOrderMAML:
+  if issubclass(cls, inner_loop.FirstOrderMAML):
     group.pop("first_order", None)  # config.meta.first_order is support_hypernet's.
+  if issubclass(cls, inner_loop.MetaSGD):
+    group.pop("inner_rule", None)  # Its rule is its own (config_lib refuses others).
   return group
 
 
