@@ -230,3 +230,20 @@ def test_registry_lists_every_learner_and_agrees_with_the_config():
   for name, cls in learner_lib.LEARNERS.items():
     assert issubclass(cls, learner_lib.Learner)
     assert learner_lib.LEARNERS.name_of(cls) == name
+
+
+def test_every_registered_learner_builds_through_keras_and_the_config():
+  """No drift: each registry entry is reachable from hn.keras.MetaModel (by name and by
+  class) and from the train loop's make_learner."""
+  import hypernet as hn
+  from hypernet.training import meta_tasks
+  for name, cls in learner_lib.LEARNERS.items():
+    target = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="body"),
+                               keras.layers.Dense(2, name="head")])
+    for spec in (name, cls):
+      model = hn.keras.MetaModel(target, spec)
+      assert type(model.learner) is cls
+      assert model.get_config()["learner"] == name
+    config = config_lib.base_config()
+    config.meta.learner = name
+    assert type(meta_tasks.make_learner(config, target, "mse")) is cls
