@@ -33,7 +33,10 @@ SELECTED_GROUPS = {
                                   "hypernet.hypernetworks",
                                   base="hypernet.hypernetworks.base:Hypernetwork")),
 }
-# The built-in tasks (hypernet/tasks/, @TASKS.register), read from source like the kinds.
+# The built-in learners (hypernet/meta/, @LEARNERS.register) and tasks (hypernet/tasks/,
+# @TASKS.register), read from source like the kinds.
+LEARNERS = Registry("learner", "config.meta.learner", "hypernet.meta",
+                    base="hypernet.meta.learner:Learner")
 TASKS = Registry("task", "config.task", "hypernet.tasks", base="hypernet.tasks.protocol:Task")
 # Where the entries' constructor defaults differ, or the config starts elsewhere: the
 # config's default (tests/test_registries.py checks every disagreement is listed here).
@@ -66,7 +69,7 @@ CHOICES = {
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine"),
-    "meta.learner": ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml"),
+    "meta.learner": LEARNERS.declared_names(),
     "meta.body_hypernet": ("none",) + HYPERNET_KINDS.declared_names(),
     "meta.bn_mode": ("transductive", "per_step", "inference"),
     "meta.parallel": ("accumulate", "map_fn", "vectorized_map"),
@@ -76,7 +79,8 @@ CHOICES = {
 # Plug-ins (hypernet/core/plugins.py, docs/keras.md): these fields may also name user code
 # "package.module:attribute", and data.name a TensorFlow Datasets set "tfds:NAME",
 # model.name any "keras.applications.<Model>"; checked when the run builds them.
-PLUGIN_FIELDS = ("task", "data.name", "model.name", "hypernet.kind", "meta.body_hypernet")
+PLUGIN_FIELDS = ("task", "data.name", "model.name", "hypernet.kind", "meta.body_hypernet",
+                 "meta.learner")
 
 
 def is_plugin_value(field: str, value) -> bool:
@@ -366,6 +370,7 @@ def _check_meta_algorithms(config) -> None:
   _positive_ints(config, "meta", ("msl_anneal_steps",))
   _positive_ints(config, "meta", ("first_order_steps",), 0, " (0: second order throughout.)")
   plain = mc.learner in ("maml", "fomaml")
+  _check_inner_rule(config)
   for name in ("lslr", "multi_step_loss", "recompute_inner_steps"):
     if mc[name] and not plain:
       raise ConfigError(f"config.meta.{name}=True needs config.meta.learner 'maml' or "
@@ -392,6 +397,29 @@ def _check_meta_algorithms(config) -> None:
     raise ConfigError("config.meta.bn_mode='per_step' / per_step_bn_weights=True need "
                       "config.model.name='conv4' with learner 'maml' or 'fomaml'; use "
                       "bn_mode='transductive' or 'inference' otherwise.")
+
+
+def _check_inner_rule(config) -> None:
+  """``config.meta.inner_rule`` and its hyperparameters (hypernet/meta/rules.py)."""
+  mc = config.meta
+  rule = mc.get("inner_rule", "sgd")
+  if rule not in ("sgd", "momentum", "adam"):
+    raise ConfigError(f"config.meta.inner_rule={rule!r}; use 'sgd', 'momentum' or 'adam' "
+                      "(Meta-SGD's learned rates: learner 'metasgd'; LSLR: meta.lslr).")
+  if rule == "sgd":
+    return
+  if mc.learner not in ("maml", "fomaml", "anil") and ":" not in str(mc.learner):
+    raise ConfigError(f"config.meta.inner_rule={rule!r} needs config.meta.learner 'maml', "
+                      f"'fomaml' or 'anil' (got {mc.learner!r}); set inner_rule='sgd'.")
+  if mc.lslr or mc.recompute_inner_steps:
+    raise ConfigError(f"config.meta.inner_rule={rule!r} keeps state across inner steps; "
+                      "config.meta.lslr and recompute_inner_steps need inner_rule='sgd'.")
+  for name in ("inner_momentum", "inner_beta1", "inner_beta2"):
+    if not _finite(mc[name]) or not 0 <= mc[name] < 1:
+      raise ConfigError(f"config.meta.{name} must be a number in [0, 1), got {mc[name]!r}.")
+  if not _finite(mc.inner_epsilon) or mc.inner_epsilon <= 0:
+    raise ConfigError(f"config.meta.inner_epsilon must be a positive number, got "
+                      f"{mc.inner_epsilon!r}.")
 
 
 def _check_continual(config) -> None:
@@ -786,6 +814,14 @@ def _meta_defaults(c) -> None:
   c.meta.eval_queries = 1      # query examples per class in meta-testing
   c.meta.inner_lr = 0.4
   c.meta.inner_steps = 1
+  # The inner update rule (hypernet/meta/rules.py; maml / fomaml / anil): sgd | momentum
+  # (inner_momentum) | adam (inner_beta1, inner_beta2, inner_epsilon), exact second order
+  # through the rule's state.
+  c.meta.inner_rule = "sgd"
+  c.meta.inner_momentum = 0.9
+  c.meta.inner_beta1 = 0.9
+  c.meta.inner_beta2 = 0.999
+  c.meta.inner_epsilon = 1e-8
   c.meta.eval_inner_steps = 0  # inner steps at meta-test time; 0: inner_steps
   c.meta.eval_steps_sweep = ()  # also evaluate after each of these inner step counts
   # (metrics loss_steps_K, accuracy_steps_K with their _ci95), e.g. (1, 5, 10)

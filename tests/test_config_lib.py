@@ -157,8 +157,10 @@ def test_choices_agree_with_the_modules_that_use_them():
   from hypernet.hypernetworks import base
   from hypernet.meta import meta_batch
   assert config_lib.CHOICES["meta.parallel"] == meta_batch.STRATEGIES
+  from hypernet import meta, tasks
   from hypernet.tasks import meta_learning
-  assert config_lib.CHOICES["meta.learner"] == meta_learning.LEARNERS
+  assert config_lib.CHOICES["meta.learner"] == meta.LEARNERS.names()
+  assert config_lib.CHOICES["task"] == tasks.TASKS.names()
   assert config_lib.CHOICES["meta.bn_mode"] == meta_learning.BN_MODES
   assert config_lib.CHOICES["hypernet.kind"] == ("none",) + base.KINDS.names()
   assert config_lib.CHOICES["meta.body_hypernet"] == ("none",) + base.KINDS.names()

@@ -28,11 +28,11 @@ def toy_inputs(kind, x):
   return tf.fill(shape, tf.constant(x, tf.float32))
 
 
-def toy_meta_step(learner, kind):
+def toy_meta_step(learner, kind, **options):
   """Support (x=1, y=1), query (x=1, y=3): returns (theta', query loss, meta-grad)."""
   model = learner.model
   with tf.GradientTape() as tape:
-    fast, _ = learner.adapt(toy_inputs(kind, 1.0), tf.constant([1.0]))
+    fast, _ = learner.adapt(toy_inputs(kind, 1.0), tf.constant([1.0]), **options)
     query_loss = squared_error(tf.constant([3.0]), functional.functional_call(
         model, fast, toy_inputs(kind, 1.0)))
   variables = model.trainable_variables + list(learner.trainable_variables)

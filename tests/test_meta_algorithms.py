@@ -222,11 +222,11 @@ def test_multi_step_loss_is_weighted_sum_of_per_step_meta_gradients(recompute):
   -3.3792; the MSL with w = (0.3, 0.7) has 0.3 (-4.48) + 0.7 (-3.3792)."""
   learner = inner_loop.MAML(toy_target("dense", "float64"), squared_error, inner_lr=0.1,
                             inner_steps=2, multi_step_loss=True, recompute=recompute)
-  learner.msl_weights = tf.constant([0.3, 0.7], tf.float64)
+  msl = tf.constant([0.3, 0.7], tf.float64)
   variables = learner.model.trainable_variables
   expected = 0.3 * -4.48 + 0.7 * -3.3792
   with tf.GradientTape() as tape:
-    result = meta_batch.meta_batch_loss(learner, _toy_batch())
+    result = meta_batch.meta_batch_loss(learner, _toy_batch(), msl_weights=msl)
   np.testing.assert_allclose(tape.gradient(result.loss, variables)[0].numpy().ravel(),
                              [expected], rtol=1e-13)
   np.testing.assert_allclose(result.loss.numpy(),
@@ -235,7 +235,8 @@ def test_multi_step_loss_is_weighted_sum_of_per_step_meta_gradients(recompute):
   np.testing.assert_allclose(result.metrics["query_loss_after"].numpy(), (0.36 - 3) ** 2,
                              rtol=1e-13)
   acc = tf.function(lambda: meta_batch.meta_batch_gradients(
-      learner, _toy_batch(), variables, parallel_iterations=2, staggered=True))()
+      learner, _toy_batch(), variables, parallel_iterations=2, staggered=True,
+      msl_weights=msl))()
   np.testing.assert_allclose(acc.variable_grads[0].numpy().ravel(), [expected], rtol=1e-13)
 
 
@@ -255,23 +256,22 @@ def test_msl_weights_schedule():
 
 @pytest.mark.parametrize("recompute", [False, True])
 def test_derivative_order_annealing_switches_in_one_trace(recompute):
-  """first_order_now as a tensor: first order (-5.28) while true, second order (-3.3792)
-  after, in one traced function (the toy problem, 2 steps)."""
+  """adapt(first_order=<bool tensor>): first order (-5.28) while true, second order
+  (-3.3792) after, in one traced function (the toy problem, 2 steps); the learner is not
+  modified while tracing."""
   learner = inner_loop.MAML(toy_target("dense"), squared_error, inner_lr=0.1,
                             inner_steps=2, recompute=recompute)
   flag = tf.Variable(True)
+  before = dict(vars(learner))
 
   @tf.function
   def step():
-    learner.first_order_now = tf.identity(flag)
-    try:
-      return toy_meta_step(learner, "dense")
-    finally:
-      learner.first_order_now = None
+    return toy_meta_step(learner, "dense", first_order=tf.identity(flag))
   np.testing.assert_allclose(step()[2][0].numpy(), [-5.28], rtol=1e-6)
   flag.assign(False)
   np.testing.assert_allclose(step()[2][0].numpy(), [-3.3792], rtol=1e-6)
   assert step.experimental_get_tracing_count() == 1
+  assert dict(vars(learner)) == before
 
 
 # ----------------------------------------------------------------- per-step BatchNorm.

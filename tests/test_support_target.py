@@ -54,7 +54,7 @@ def test_the_body_follows_w0_plus_gate_times_the_hypernetwork_of_the_task_embedd
                              model.get_layer("body").kernel.numpy() + 0.4 * generated,
                              rtol=1e-12)
   # The head is generated from the prototypes of the task's own body.
-  sub = {s: fast[f] for s, f in learner._body_paths.items() if f == "body/kernel"}  # pylint: disable=protected-access
+  sub = {s: fast[f] for s, f in learner.split.body_paths.items() if f == "body/kernel"}
   own = functional.functional_call(learner.body, sub, sx, training=True)
   head = learner.generate_head(own, sy)
   np.testing.assert_allclose(fast["head/kernel"].numpy(), head["head/kernel"].numpy(),

@@ -252,25 +252,23 @@ class HyperModel(keras.Model):
     return cls(**config)
 
 
-LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet")
-
-
-def make_learner(target: keras.Model, learner: str, loss, **kwargs):
-  """The inner-loop learner named ``learner`` for ``target`` (:mod:`hypernet.meta`).
-
-  ``"maml"`` (second order), ``"fomaml"`` (first order), ``"metasgd"``, ``"anil"``
-  (``head`` patterns), ``"support_hypernet"``; ``kwargs`` go to its constructor.
+def make_learner(target: keras.Model, learner, loss, **kwargs):
+  """The inner-loop learner ``learner`` for ``target``, from the learners' registry
+  (:data:`hypernet.meta.LEARNERS`): a registered name (``"maml"``, ``"fomaml"``,
+  ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"imaml"``),
+  ``"package.module:Class"``, or a :class:`hypernet.meta.Learner` subclass; ``kwargs``
+  go to its constructor.
 
   Raises:
-    ValueError: an unknown name (lists them) or the learner's own errors.
+    ValueError: an unknown name (lists them), a class that is not a learner, or the
+      learner's own errors.
   """
-  from hypernet.meta import anil, inner_loop, support_hypernet  # pylint: disable=g-import-not-at-top
-  classes = {"maml": inner_loop.MAML, "fomaml": inner_loop.FirstOrderMAML,
-             "metasgd": inner_loop.MetaSGD, "anil": anil.ANIL,
-             "support_hypernet": support_hypernet.SupportHypernetwork}
-  if learner not in classes:
-    raise ValueError(f"MetaModel(learner={learner!r}) is unknown; use one of {list(LEARNERS)}.")
-  return classes[learner](target, loss, **kwargs)
+  from hypernet import meta  # pylint: disable=g-import-not-at-top
+  if isinstance(learner, str) and ":" not in learner and learner not in meta.LEARNERS.names():
+    raise ValueError(f"MetaModel(learner={learner!r}) is unknown; use one of "
+                     f"{list(meta.LEARNERS.names())}, a hypernet.meta.Learner subclass or "
+                     "'package.module:Class'.")
+  return meta.LEARNERS.get(learner)(target, loss, **kwargs)
 
 
 _EPISODE_KEYS = ("support_x", "support_y", "query_x", "query_y")
@@ -304,7 +302,10 @@ class MetaModel(keras.Model):
   Args:
     target: a built Keras model (or its serialised config); its trainable weights are the
       meta-learned initialisation.
-    learner: ``"maml"``, ``"fomaml"``, ``"metasgd"``, ``"anil"`` or ``"support_hypernet"``.
+    learner: a registered learner's name (``"maml"``, ``"fomaml"``, ``"metasgd"``,
+      ``"anil"``, ``"support_hypernet"``, ``"imaml"``: :data:`hypernet.meta.LEARNERS`),
+      your own :class:`hypernet.meta.Learner` subclass, or it as
+      ``"package.module:Class"``.
     loss: ``"sparse_softmax_cross_entropy"`` (classification, adds accuracy) or ``"mse"``.
     learner_args: keyword arguments of the learner (``inner_lr``, ``inner_steps``,
       ``adapt``, ``head``, ...).
@@ -316,7 +317,7 @@ class MetaModel(keras.Model):
     ValueError: an unknown learner or loss, or the learner's own errors.
   """
 
-  def __init__(self, target, learner: str = "maml", *, loss="sparse_softmax_cross_entropy",
+  def __init__(self, target, learner="maml", *, loss="sparse_softmax_cross_entropy",
                learner_args: Optional[dict] = None, eval_inner_steps: Optional[int] = None,
                tasks_in_flight: int = 1, **kwargs):
     super().__init__(**kwargs)
@@ -324,10 +325,11 @@ class MetaModel(keras.Model):
     if not isinstance(loss, str) or loss not in losses.LOSSES:
       raise ValueError(f"MetaModel(loss={loss!r}); use one of {sorted(losses.LOSSES)}.")
     self.target = _as_model(target, "MetaModel(target=...)")
-    self.learner_name = learner
+    from hypernet import meta  # pylint: disable=g-import-not-at-top
     self.loss_name = loss
     self.learner_args = dict(learner_args or {})
     self.learner = make_learner(self.target, learner, loss, **self.learner_args)
+    self.learner_name = meta.LEARNERS.name_of(type(self.learner))
     self.classification = loss == "sparse_softmax_cross_entropy"
     self.eval_inner_steps = eval_inner_steps
     self.tasks_in_flight = int(tasks_in_flight)
@@ -336,7 +338,7 @@ class MetaModel(keras.Model):
     self._learner_variables = list(self.learner.trainable_variables)
     names = ["loss"] + (["accuracy"] if self.classification else [])
     self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
-    self._whens = ("after",) if learner == "support_hypernet" else ("after", "before")
+    self._whens = ("after", "before") if self.learner.before_metrics else ("after",)
     self._eval_trackers = {n: keras.metrics.Mean(name=n) for n in names + (
         [f"{n}_before" for n in names] if "before" in self._whens else [])}
     self.built = True
@@ -417,22 +419,18 @@ class MetaModel(keras.Model):
       self._trackers["accuracy"].update_state(per_task["query_accuracy_after"])
     return {n: t.result() for n, t in self._trackers.items()}
 
-  def _with_eval_steps(self, fn):
+  def _eval_options(self):
+    """The learner's options in ``test_step`` / ``call``: ``eval_inner_steps``."""
     steps = self.eval_inner_steps
-    if steps is None:
-      return fn()
-    saved, self.learner.inner_steps = self.learner.inner_steps, int(steps)
-    try:
-      return fn()
-    finally:
-      self.learner.inner_steps = saved
+    return {} if steps is None else {"inner_steps": int(steps)}
 
   @tf.autograph.experimental.do_not_convert
   def test_step(self, data):
     from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
     tasks = self._episodes(data)
-    result = self._with_eval_steps(lambda: meta_batch.meta_batch_loss(
-        self.learner, tasks, before_metrics="before" in self._whens))
+    result = meta_batch.meta_batch_loss(self.learner, tasks,
+                                        before_metrics="before" in self._whens,
+                                        adapt_options=self._eval_options())
     for when in self._whens:
       suffix = "" if when == "after" else "_before"
       self._eval_trackers["loss" + suffix].update_state(result.per_task[f"query_loss_{when}"])
@@ -458,20 +456,22 @@ class MetaModel(keras.Model):
     if missing:
       raise ValueError(f"MetaModel(inputs) lacks {missing}: give support_x, support_y "
                        "and query_x with a leading task axis.")
+    from hypernet import meta  # pylint: disable=g-import-not-at-top
     state = {p: tf.convert_to_tensor(v.value)
              for p, v in functional.variable_paths(self.target, trainable=False).items()}
+    options = self._eval_options()
 
     def one(elems):
       sx, sy, qx = elems
       init = self.learner.initial_weights(None)
-      fast, task_state = self.learner.adapt(sx, sy, weights=init, state=state)
-      return functional.functional_call(self.target, fast, qx, training=True,
-                                        state=task_state)
+      fast, task_state = self.learner.adapt(sx, sy, weights=init, state=state, **options)
+      return functional.functional_call(self.target, fast, qx, training=True, state=task_state,
+                                        accelerate="meta")
 
-    return self._with_eval_steps(lambda: tf.map_fn(
+    return tf.map_fn(
         one, (inputs["support_x"], inputs["support_y"], inputs["query_x"]),
         fn_output_signature=self.target.outputs[0].dtype if getattr(
-            self.target, "outputs", None) else tf.float32))
+            self.target, "outputs", None) else tf.float32)
 
   # Meta-SGD's rates and the support generator are tf.Variables of the learner: saved
   # after the model's own variables, with the target's RNG seed states.

@@ -1,19 +1,18 @@
 """Meta-learning: inner-loop learners producing fast weights, and meta-batches of tasks.
 
-Learners (weight sources whose context is a support set): :class:`MAML`,
-:class:`FirstOrderMAML`, :class:`MetaSGD`, :class:`ANIL`, :class:`SupportHypernetwork` (the
-head generated from the support set's class prototypes), :class:`SupportTargetHypernetwork`
-(the body generated too, by a hypernetwork conditioned on the support set) and
-:class:`ImplicitMAML`; MAML's
-options add MAML++'s parts and second order recomputed in the backward pass
-(:func:`inner_sgd_recompute`); :class:`PerStepBatchNormalization` is MAML++'s per-step
-BatchNorm. A meta-batch of tasks is
-adapted and evaluated by :func:`meta_batch_gradients` (meta-gradients accumulated task by
-task: memory of one task) or :func:`meta_batch_loss` (the loss under the caller's tape).
+Learners (:class:`Learner`, registered in :data:`LEARNERS`; weight sources whose context
+is a support set): :class:`MAML` (its inner update rule from :mod:`hypernet.meta.rules`:
+SGD, Meta-SGD, LSLR, momentum, Adam), :class:`FirstOrderMAML`, :class:`MetaSGD`,
+:class:`ANIL`, :class:`SupportHypernetwork`, :class:`SupportTargetHypernetwork`,
+:class:`ImplicitMAML`; :class:`PerStepBatchNormalization` is MAML++'s per-step BatchNorm.
+A meta-batch of tasks is adapted and evaluated by :func:`meta_batch_gradients`
+(meta-gradients accumulated task by task) or :func:`meta_batch_loss` (under your tape).
 """
 from hypernet.meta.anil import ANIL, split_sequential
 from hypernet.meta.conv4 import make_conv4
 from hypernet.meta.implicit import ImplicitMAML
+from hypernet.meta.learner import LEARNERS, Learner
+from hypernet.meta import rules
 from hypernet.meta.inner_loop import (FirstOrderMAML, MAML, MetaSGD,
                                       MissingInnerGradientError, inner_sgd,
                                       inner_sgd_recompute, msl_weights)
@@ -24,9 +23,9 @@ from hypernet.meta.meta_batch import (MetaBatchGradients, MetaBatchResult,
                                       meta_batch_gradients, meta_batch_loss)
 
 __all__ = [
-    "ANIL", "FirstOrderMAML", "ImplicitMAML", "MAML", "MetaBatchGradients", "MetaBatchResult", "MetaSGD",
-    "MissingInnerGradientError", "PerStepBatchNormalization", "SupportHypernetwork",
-    "SupportTargetHypernetwork",
-    "inner_sgd", "inner_sgd_recompute", "msl_weights",
-    "make_conv4", "meta_batch_gradients", "meta_batch_loss", "split_sequential",
+    "ANIL", "FirstOrderMAML", "ImplicitMAML", "LEARNERS", "Learner", "MAML",
+    "MetaBatchGradients", "MetaBatchResult", "MetaSGD", "MissingInnerGradientError",
+    "PerStepBatchNormalization", "SupportHypernetwork", "SupportTargetHypernetwork",
+    "inner_sgd", "inner_sgd_recompute", "make_conv4", "meta_batch_gradients",
+    "meta_batch_loss", "msl_weights", "rules", "split_sequential",
 ]

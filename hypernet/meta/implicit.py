@@ -31,7 +31,8 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.meta import inner_loop
-from hypernet.numerics import plain_bias
+from hypernet.meta import learner as learner_lib
+from hypernet.numerics import second_order
 
 Weights = inner_loop.Weights
 
@@ -71,7 +72,8 @@ def conjugate_gradient(matvec, b: List[tf.Tensor], steps: int) -> List[tf.Tensor
   return x
 
 
-class ImplicitMAML(inner_loop.MAML):
+@learner_lib.LEARNERS.register("imaml")
+class ImplicitMAML(learner_lib.Learner):
   """Implicit MAML: proximal inner problem, meta-gradient by CG (module doc).
 
   ``adapt`` returns the approximate inner solution ``phi*`` as the fast weights; an
@@ -89,8 +91,8 @@ class ImplicitMAML(inner_loop.MAML):
       from a minimum).
     cg_steps: conjugate-gradient iterations per meta-gradient (int >= 1; the paper uses
       5 on Omniglot).
-    **kwargs: :class:`~hypernet.meta.inner_loop.MAML`'s other arguments: ``adapt``,
-      ``exclude``, ``inner_training``, ``zero_init``, ``name``; ``inner_lr`` (the step
+    adapt, exclude, inner_training, zero_init, name: as
+      :class:`~hypernet.meta.inner_loop.MAML`; ``inner_lr`` (the step
       size of the gradient descent on the regularised inner objective) and
       ``inner_steps`` (its steps, int >= 1).
 
@@ -104,10 +106,10 @@ class ImplicitMAML(inner_loop.MAML):
   """
 
   def __init__(self, model: keras.Model, loss_fn, *, lam: float = 1.0, cg_steps: int = 5,
-               **kwargs):
-    if "first_order" in kwargs:
-      raise TypeError("ImplicitMAML's meta-gradient is implicit; do not pass first_order=.")
-    super().__init__(model, loss_fn, **kwargs)
+               inner_lr: float = 0.4, inner_steps: int = 1, adapt=None, exclude=(),
+               inner_training: Optional[bool] = True, zero_init=(),
+               name: Optional[str] = None):
+    super().__init__(model, loss_fn, name=name)
     if not isinstance(lam, (int, float)) or isinstance(lam, bool) or not lam > 0:
       raise ValueError(f"lam (config.meta.imaml_lambda) must be a float > 0, got {lam!r}.")
     if not isinstance(cg_steps, int) or isinstance(cg_steps, bool) or cg_steps < 1:
@@ -115,16 +117,32 @@ class ImplicitMAML(inner_loop.MAML):
                        f"{cg_steps!r}.")
     self.lam = float(lam)
     self.cg_steps = cg_steps
+    self.inner_lr = learner_lib.check_positive("inner_lr", inner_lr)
+    self.inner_steps = learner_lib.check_int("inner_steps", inner_steps, 1)
+    self.inner_training = inner_training
+    second_order.check_second_order(model, f"Second-order {type(self).__name__}")
+    self.adapted_paths, self.zero_init_paths = learner_lib.select_adapted(
+        model, adapt, exclude, zero_init)
 
-  def _support_loss(self, weights, params, sx, sy, state):
+  @property
+  def untrained_paths(self) -> List[str]:
+    """The zero-initialised paths: their variables are never read (not meta-trained)."""
+    return list(self.zero_init_paths)
+
+  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+    """As :meth:`hypernet.meta.inner_loop.MAML.initial_weights`."""
+    return learner_lib.initial_weights(self._model, weights, self.adapted_paths,
+                                       self.zero_init_paths)
+
+  def _support_loss(self, weights, params, sx, sy, state, training):
     call_weights = dict(weights)
     call_weights.update(zip(self.adapted_paths, params))
-    outputs, new_state = plain_bias.call(
-        functional.functional_call, self._model, call_weights, sx,
-        training=self.inner_training, return_state=True, state=state)
+    outputs, new_state = functional.functional_call(
+        self._model, call_weights, sx, training=training, return_state=True,
+        state=state, accelerate="meta")
     return self.loss_fn(sy, outputs), new_state
 
-  def solve(self, weights: Weights, sx, sy, state: Weights
+  def solve(self, weights: Weights, sx, sy, state: Weights, inner_steps=None, training=None
             ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
     """``inner_steps`` of gradient descent on ``L_support(phi) + lam/2 ||phi - theta||^2``
     from ``phi = theta`` (``theta``: the adapted entries of ``weights``).
@@ -134,6 +152,8 @@ class ImplicitMAML(inner_loop.MAML):
       sx: one task's support inputs.
       sy: one task's support labels.
       state: the target's non-trainable state ``{path: tensor}``.
+      inner_steps: the steps (default the learner's).
+      training: the target's ``training=`` flag (default ``inner_training``).
 
     Returns:
       ``(phi, state)``: the adapted tensors in ``adapted_paths`` order, and the state
@@ -142,12 +162,13 @@ class ImplicitMAML(inner_loop.MAML):
     Raises:
       MissingInnerGradientError: an adapted weight does not affect the support loss.
     """
+    training = self.inner_training if training is None else training
     theta = [weights[p] for p in self.adapted_paths]
     phi = list(theta)
-    for step in range(self.inner_steps):
+    for step in range(inner_steps or self.inner_steps):
       with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(phi)
-        loss, state = self._support_loss(weights, phi, sx, sy, state)
+        loss, state = self._support_loss(weights, phi, sx, sy, state, training)
       grads = tape.gradient(loss, phi)
       missing = [p for p, g in zip(self.adapted_paths, grads) if g is None]
       if missing:
@@ -162,19 +183,23 @@ class ImplicitMAML(inner_loop.MAML):
     return phi, state
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
-            state: Optional[Weights] = None
+            state: Optional[Weights] = None, **options
             ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
     """Solves one task's proximal inner problem; the implicit gradient flows back.
 
-    Args and returns as :meth:`hypernet.meta.inner_loop.MAML.adapt`; the returned state
-    is not differentiated.
+    Args and returns as :meth:`hypernet.meta.inner_loop.MAML.adapt` (options
+    ``inner_steps`` and ``inner_training``); the returned state is not differentiated.
     """
+    training = options.get("inner_training")
+    training = self.inner_training if training is None else training
+    steps = options.get("inner_steps")
+    steps = self.inner_steps if steps is None else int(steps)
     init = self.initial_weights(weights)
     full = inner_loop.all_trainable_weights(self._model, init)
     const = {p: tf.stop_gradient(t) for p, t in full.items()}
     state = {p: tf.stop_gradient(t)
              for p, t in inner_loop.read_state(self._model, state).items()}
-    phi, new_state = self.solve(const, support_x, support_y, state)
+    phi, new_state = self.solve(const, support_x, support_y, state, steps, training)
     lam = tf.constant(self.lam, phi[0].dtype)
 
     def hessian_solver(upstream: List[tf.Tensor]) -> List[tf.Tensor]:
@@ -184,7 +209,7 @@ class ImplicitMAML(inner_loop.MAML):
         outer.watch(phi)
         with tf.GradientTape(watch_accessed_variables=False) as inner:
           inner.watch(phi)
-          loss, _ = self._support_loss(const, phi, support_x, support_y, state)
+          loss, _ = self._support_loss(const, phi, support_x, support_y, state, training)
         grad = inner.gradient(loss, phi)
 
       def matvec(v):

@@ -26,8 +26,9 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional, ops
-from hypernet.numerics import compat, plain_bias, second_order
-from hypernet.meta import losses, per_step_bn
+from hypernet.numerics import compat, second_order
+from hypernet.meta import learner as learner_lib
+from hypernet.meta import per_step_bn, rules
 
 Weights = Mapping[str, tf.Tensor]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -79,16 +80,19 @@ def step_learning_rate(inner_lr, step: int, path: str):
 
 
 def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],
-              adapted: List[str], support_x, support_y, *, inner_lr, inner_steps: int,
-              first_order: bool, training: Optional[bool] = True,
+              adapted: List[str], support_x, support_y, *, inner_lr=None,
+              inner_steps: int, first_order: bool, training: Optional[bool] = True,
               state: Optional[Weights] = None, return_steps: bool = False,
+              rule: Optional[rules.InnerRule] = None,
               ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
-  """Runs ``inner_steps`` of gradient descent on the support loss (MAML Eq. 1).
+  """Runs ``inner_steps`` of an inner update rule on the support loss (MAML Eq. 1).
 
   ``theta_{i+1} = theta_i - alpha * grad_theta L_support(f(theta_i))`` for each adapted
   path, with ``alpha`` a Python float / scalar tensor (MAML) or a dict of tensors shaped
-  like each weight (Meta-SGD). Second order unless ``first_order`` (then the inner
-  gradient is ``tf.stop_gradient``-ed, Finn et al. 2017 Sec. 5.2).
+  like each weight (Meta-SGD); or any differentiable ``rule``
+  (:mod:`hypernet.meta.rules`: momentum, Adam), its state carried from step to step.
+  Second order unless ``first_order`` (then the inner gradient is
+  ``tf.stop_gradient``-ed, Finn et al. 2017 Sec. 5.2).
 
   Args:
     model: the built target network (Keras 3).
@@ -98,7 +102,8 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     adapted: the paths to adapt.
     support_x: support inputs, e.g. ``[N*K, H, W, C]`` float.
     support_y: support labels, e.g. ``[N*K]`` int (classification) or ``[N*K, 1]``.
-    inner_lr: a float / scalar tensor, or ``{path: tensor}`` with each weight's shape.
+    inner_lr: a float / scalar tensor, ``{path: tensor}`` with each weight's shape, or a
+      list of those per step (plain gradient descent; ignored with ``rule``).
     inner_steps: number of inner gradient steps (>= 1), unrolled in Python.
     first_order: stop gradients through the inner gradient.
     training: the ``training=`` flag of the target in the inner loop (``True``: BatchNorm
@@ -106,6 +111,8 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       second order in every functional call (:mod:`hypernet.numerics.second_order`).
     state: non-trainable state ``{path: tensor}`` (BatchNorm moving statistics) fed to
       the first call; the updated state of each call is fed to the next.
+    return_steps: return the fast weights after every step (a list).
+    rule: the update rule (default ``rules.SGD(inner_lr)``).
 
   Returns:
     ``(fast_weights, state)``: ``weights`` with the adapted paths replaced by their
@@ -124,8 +131,10 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
       layer and the op. An ``Embedding``'s sparse (``IndexedSlices``) gradient is made
       dense, differentiably.
   """
+  rule = rules.SGD(inner_lr) if rule is None else rule
   fast = dict(weights)
   state = dict(state) if state else None
+  rule_state = rule.init({p: fast[p] for p in adapted})
   steps_out = []
   for step in range(inner_steps):
     params = [fast[p] for p in adapted]
@@ -137,43 +146,51 @@ def inner_sgd(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor]
     with per_step_bn.step_scope(step):  # MAML++'s per-step BatchNorm rows, if any.
       loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
                                                   support_x, support_y, training, state)
-    missing = [p for p, g in zip(adapted, grads) if g is None]
-    if missing:
-      raise MissingInnerGradientError(
-          f"Inner step {step}: the support loss has no gradient with respect to the "
-          f"adapted weight(s) {missing} of model {model.name!r} (they do not affect the "
-          "model's output, or the loss is not differentiable). Exclude them from the "
-          "adapted weights (the adapt= / exclude= path patterns).")
+    _check_inner_gradients(model, loss_fn, step, fast, call_weights, adapted, support_x,
+                           support_y, training, state, loss, params, grads, first_order)
     if first_order:
       grads = [tf.stop_gradient(g) for g in grads]
-    else:
-      # The outer tape must record each inner gradient wherever it records the weight or
-      # the support loss (a meta-parameter reaching the loss by another route, e.g. a
-      # weight given as a constant while the rest of the target is meta-learned).
-      loss_recorded = _is_recorded(loss)
-      recorded = [loss_recorded or _is_recorded(fast[p]) for p in adapted]
-      unrecorded = [p for p, g, r in zip(adapted, grads, recorded) if r and not _is_recorded(g)]
-      if unrecorded:
-        raise MissingInnerGradientError(
-            f"Inner step {step}: second order requested but the inner gradient of the "
-            f"weight(s) {unrecorded} of model {model.name!r} is not recorded by the outer "
-            "tape, so the meta-gradient would silently be first order (a custom gradient "
-            "or a tf.stop_gradient in the loss / model?). Fix the loss, or ask for "
-            "first_order=True.")
-      if step == 0 and any(recorded):
-        _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
-                                        support_y, training, state, loss, params, grads)
     state = new_state
-    new = {}
-    for p, g in zip(adapted, grads):
-      lr = step_learning_rate(inner_lr, step, p)
-      new[p] = fast[p] - ops.to_dtype(lr, g.dtype) * g
+    new, rule_state = rule.update(dict(zip(adapted, grads)), rule_state,
+                                  {p: fast[p] for p in adapted}, step)
     fast.update(new)
     if return_steps:
       steps_out.append(dict(fast))
   if return_steps:
     return steps_out, state
   return fast, state
+
+
+def _check_inner_gradients(model, loss_fn, step, fast, call_weights, adapted, support_x,
+                           support_y, training, state, loss, params, grads, first_order):
+  """Raises :class:`MissingInnerGradientError` for a ``None`` inner gradient and, for
+  second order, for an inner gradient the outer tape does not record or cannot
+  differentiate (:func:`inner_sgd`)."""
+  missing = [p for p, g in zip(adapted, grads) if g is None]
+  if missing:
+    raise MissingInnerGradientError(
+        f"Inner step {step}: the support loss has no gradient with respect to the "
+        f"adapted weight(s) {missing} of model {model.name!r} (they do not affect the "
+        "model's output, or the loss is not differentiable). Exclude them from the "
+        "adapted weights (the adapt= / exclude= path patterns).")
+  if first_order:
+    return
+  # The outer tape must record each inner gradient wherever it records the weight or
+  # the support loss (a meta-parameter reaching the loss by another route, e.g. a
+  # weight given as a constant while the rest of the target is meta-learned).
+  loss_recorded = _is_recorded(loss)
+  recorded = [loss_recorded or _is_recorded(fast[p]) for p in adapted]
+  unrecorded = [p for p, g, r in zip(adapted, grads, recorded) if r and not _is_recorded(g)]
+  if unrecorded:
+    raise MissingInnerGradientError(
+        f"Inner step {step}: second order requested but the inner gradient of the "
+        f"weight(s) {unrecorded} of model {model.name!r} is not recorded by the outer "
+        "tape, so the meta-gradient would silently be first order (a custom gradient "
+        "or a tf.stop_gradient in the loss / model?). Fix the loss, or ask for "
+        "first_order=True.")
+  if step == 0 and any(recorded):
+    _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
+                                    support_y, training, state, loss, params, grads)
 
 
 def _support_gradients(model, loss_fn, call_weights, adapted, support_x, support_y,
@@ -184,9 +201,9 @@ def _support_gradients(model, loss_fn, call_weights, adapted, support_x, support
   params = [call_weights[p] for p in adapted]
   with tf.GradientTape(watch_accessed_variables=False) as tape:
     tape.watch(params)
-    outputs, new_state = plain_bias.call(functional.functional_call,
-        model, call_weights, support_x, training=training, return_state=True,
-        state=state)
+    outputs, new_state = functional.functional_call(
+        model, call_weights, support_x, training=training, return_state=True, state=state,
+            accelerate="meta")
     loss = loss_fn(support_y, outputs)
   grads = tape.gradient(loss, params)
   # IndexedSlices (Embedding, any gather) -> dense: unsorted_segment_sum of the slices,
@@ -245,6 +262,104 @@ def _check_differentiable_gradients(model, loss_fn, call_weights, adapted, suppo
         "nearest-neighbour instead of bilinear resizing).")
 
 
+def _rate_inputs(inner_lr) -> Tuple[List[tf.Tensor], Dict[int, int]]:
+  """The tensors among learning rates ``inner_lr`` (learned rates: inputs of the
+  recomputed loop's custom gradient; numbers are constants) and ``{id: index}``."""
+  inputs: List[tf.Tensor] = []
+  index: Dict[int, int] = {}
+
+  def collect(value):
+    if isinstance(value, Mapping):
+      for v in value.values():
+        collect(v)
+    elif isinstance(value, (list, tuple)):
+      for v in value:
+        collect(v)
+    elif tf.is_tensor(value) or isinstance(value, tf.Variable):
+      if id(value) not in index:
+        index[id(value)] = len(inputs)
+        inputs.append(value)
+
+  collect(inner_lr)
+  return [tf.convert_to_tensor(v) for v in inputs], index
+
+
+class _Replay:
+  """One inner step of :func:`inner_sgd_recompute` as a function of its inputs (run
+  forward, and again under a tape in the backward pass)."""
+
+  def __init__(self, model, loss_fn, adapted, others, support_x, support_y, inner_lr,
+               lr_index, training, second_order_scale):
+    self.model, self.loss_fn, self.adapted, self.others = model, loss_fn, adapted, others
+    self.support_x, self.support_y, self.inner_lr = support_x, support_y, inner_lr
+    self.lr_index, self.training = lr_index, training
+    self.second_order_scale = second_order_scale
+
+  def __call__(self, params, other_weights, lrs, step_state, step, check=False):
+    adapted = self.adapted
+    call_weights = dict(zip(self.others, other_weights))
+    call_weights.update(zip(adapted, params))
+    # As inner_sgd's steps: sparse (IndexedSlices) gradients made dense, differentiably.
+    with per_step_bn.step_scope(step):
+      loss, grads, new_state = _support_gradients(
+          self.model, self.loss_fn, call_weights, adapted, self.support_x, self.support_y,
+          self.training, step_state)
+    if check and all(g is not None for g in grads):
+      # A gradient TensorFlow cannot differentiate would drop a term of the replay.
+      _check_differentiable_gradients(self.model, self.loss_fn, call_weights, adapted,
+                                      self.support_x, self.support_y, self.training,
+                                      step_state, loss, params, grads)
+    missing = [p for p, g in zip(adapted, grads) if g is None]
+    if missing:
+      raise MissingInnerGradientError(
+          f"Inner step {step}: the support loss has no gradient with respect to the "
+          f"adapted weight(s) {missing} of model {self.model.name!r}; exclude them from "
+          "the adapted weights (the adapt= / exclude= path patterns).")
+    new = []
+    for p, w, g in zip(adapted, params, grads):
+      if self.second_order_scale is not None:
+        fixed = tf.stop_gradient(g)
+        g = fixed + tf.cast(self.second_order_scale, g.dtype) * (g - fixed)
+      lr = step_learning_rate(self.inner_lr, step, p)
+      if id(lr) in self.lr_index:
+        lr = lrs[self.lr_index[id(lr)]]
+      new.append(w - ops.to_dtype(lr, g.dtype) * g)
+    return new, new_state
+
+
+def _replay_backward(replay, upstream, phis, states, other_weights, lrs, inner_steps,
+                     return_steps):
+  """The backward pass of :func:`inner_sgd_recompute`: the steps replayed from the last
+  to the first, each one's support pass recomputed under a tape; the gradients of the
+  initial adapted weights, of the other weights and of the learned rates."""
+  n_adapted = len(replay.adapted)
+  per_step = [upstream[i * n_adapted:(i + 1) * n_adapted]
+              for i in range(len(upstream) // n_adapted)]
+  g_phi = [tf.zeros_like(t) for t in phis[0]]
+  g_other = [tf.zeros_like(t) for t in other_weights]
+  g_lr = [tf.zeros_like(t) for t in lrs]
+  for step in reversed(range(inner_steps)):
+    extra = per_step[step] if return_steps else (per_step[0] if step == inner_steps - 1
+                                                 else None)
+    if extra is not None:
+      g_phi = [a + b for a, b in zip(g_phi, extra)]
+    # The replay of step k waits for the gradient from step k+1: otherwise the
+    # executor may run every step's replayed forward pass as soon as its weights
+    # exist, all at once, and keep all their activations (what recomputing saves).
+    with tf.control_dependencies(g_phi):
+      params = [tf.identity(t) for t in phis[step]]
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+      tape.watch(params + other_weights + lrs)
+      new, _ = replay(params, other_weights, lrs, states[step], step)
+    back = tape.gradient(new, params + other_weights + lrs, output_gradients=g_phi,
+                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    g_phi = back[:n_adapted]
+    n_others = len(other_weights)
+    g_other = [a + b for a, b in zip(g_other, back[n_adapted:n_adapted + n_others])]
+    g_lr = [a + b for a, b in zip(g_lr, back[n_adapted + n_others:])]
+  return g_phi, g_other, g_lr
+
+
 def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, tf.Tensor],
                         adapted: List[str], support_x, support_y, *, inner_lr,
                         inner_steps: int, training: Optional[bool] = True,
@@ -259,15 +374,15 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   the last to the first, recomputing each step's support pass and inner gradient under a
   tape and back-propagating the upstream gradient through it
   (``g_k = g_{k+1} - alpha_k H_k g_{k+1}``, plus the terms of the weights that are not
-  adapted and of learned learning rates). Peak memory is one inner step's; the price is
-  one more forward and backward support pass per inner step (Griewank and Walther 2008,
-  checkpointing every step; ``benchmarks/inner_steps_memory.py`` measures both).
+  adapted and of learned learning rates). Peak memory is one inner step's, for one more
+  support pass per inner step (Griewank and Walther 2008, checkpointing every step).
 
-  Args and returns as :func:`inner_sgd` (always second order). The returned state is
-  not differentiated (its float entries are moving statistics, which a training-mode
-  query pass does not read). Every trainable weight of the target is an input of the
-  custom gradient (read from its variable when not in ``weights``), so the meta-gradient
-  reaches the weights that are not adapted and learned learning rates given as tensors.
+  Args and returns as :func:`inner_sgd` (always second order, plain gradient descent:
+  ``inner_lr`` in any of its forms). The returned state is not differentiated (its float
+  entries are moving statistics, which a training-mode query pass does not read). Every
+  trainable weight of the target is an input of the custom gradient (read from its
+  variable when not in ``weights``), so the meta-gradient reaches the weights that are
+  not adapted and learned learning rates given as tensors.
 
   ``second_order_scale``: optional scalar tensor multiplying the second-order terms
   (the gradient through the inner gradients): 0 gives first order's meta-gradient, 1
@@ -284,54 +399,10 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
   state = read_state(model, state)
   paths = list(full)
   others = [p for p in paths if p not in adapted]
-  # Learned learning rates (tensors) are inputs too; numbers are constants.
-  lr_inputs: List[tf.Tensor] = []
-  lr_index = {}
-
-  def collect(value):
-    if isinstance(value, Mapping):
-      for v in value.values():
-        collect(v)
-    elif isinstance(value, (list, tuple)):
-      for v in value:
-        collect(v)
-    elif tf.is_tensor(value) or isinstance(value, tf.Variable):
-      if id(value) not in lr_index:
-        lr_index[id(value)] = len(lr_inputs)
-        lr_inputs.append(value)
-
-  collect(inner_lr)
-  lr_inputs = [tf.convert_to_tensor(v) for v in lr_inputs]
+  lr_inputs, lr_index = _rate_inputs(inner_lr)
   n_adapted, n_paths = len(adapted), len(paths)
-
-  def support_grads(params, other_weights, lrs, step_state, step, check=False):
-    call_weights = dict(zip(others, other_weights))
-    call_weights.update(zip(adapted, params))
-    # As inner_sgd's steps: sparse (IndexedSlices) gradients made dense, differentiably.
-    with per_step_bn.step_scope(step):
-      loss, grads, new_state = _support_gradients(model, loss_fn, call_weights, adapted,
-                                                  support_x, support_y, training, step_state)
-    if check and all(g is not None for g in grads):
-      # A gradient TensorFlow cannot differentiate would drop a term of the replay.
-      _check_differentiable_gradients(model, loss_fn, call_weights, adapted, support_x,
-                                      support_y, training, step_state, loss, params, grads)
-    missing = [p for p, g in zip(adapted, grads) if g is None]
-    if missing:
-      raise MissingInnerGradientError(
-          f"Inner step {step}: the support loss has no gradient with respect to the "
-          f"adapted weight(s) {missing} of model {model.name!r}; exclude them from the "
-          "adapted weights (the adapt= / exclude= path patterns).")
-    new = []
-    for p, w, g in zip(adapted, params, grads):
-      if second_order_scale is not None:
-        fixed = tf.stop_gradient(g)
-        g = fixed + tf.cast(second_order_scale, g.dtype) * (g - fixed)
-      lr = step_learning_rate(inner_lr, step, p)
-      if id(lr) in lr_index:
-        lr = lrs[lr_index[id(lr)]]
-      new.append(w - ops.to_dtype(lr, g.dtype) * g)
-    return new, new_state
-
+  replay = _Replay(model, loss_fn, adapted, others, support_x, support_y, inner_lr,
+                   lr_index, training, second_order_scale)
   states = [state]
   phis = []
 
@@ -345,8 +416,8 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     lrs = list(inputs[n_paths:])
     phis.append([by_path[p] for p in adapted])
     for step in range(inner_steps):
-      new, new_state = support_grads(phis[-1], other_weights, lrs, states[-1], step,
-                                     check=step == 0)
+      new, new_state = replay(phis[-1], other_weights, lrs, states[-1], step,
+                              check=step == 0)
       phis.append([tf.stop_gradient(t) for t in new])
       states.append(new_state)
     outputs = phis[1:] if return_steps else phis[-1:]
@@ -355,28 +426,8 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     def grad(*upstream):
       upstream = [tf.zeros_like(t) if u is None else tf.convert_to_tensor(u)
                   for t, u in zip([t for ph in outputs for t in ph], upstream)]
-      per_step = [upstream[i * n_adapted:(i + 1) * n_adapted] for i in range(len(outputs))]
-      g_phi = [tf.zeros_like(t) for t in phis[0]]
-      g_other = [tf.zeros_like(t) for t in other_weights]
-      g_lr = [tf.zeros_like(t) for t in lrs]
-      for step in reversed(range(inner_steps)):
-        extra = per_step[step] if return_steps else (per_step[0] if step == inner_steps - 1
-                                                     else None)
-        if extra is not None:
-          g_phi = [a + b for a, b in zip(g_phi, extra)]
-        # The replay of step k waits for the gradient from step k+1: otherwise the
-        # executor may run every step's replayed forward pass as soon as its weights
-        # exist, all at once, and keep all their activations (what recomputing saves).
-        with tf.control_dependencies(g_phi):
-          params = [tf.identity(t) for t in phis[step]]
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-          tape.watch(params + other_weights + lrs)
-          new, _ = support_grads(params, other_weights, lrs, states[step], step)
-        back = tape.gradient(new, params + other_weights + lrs, output_gradients=g_phi,
-                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        g_phi = back[:n_adapted]
-        g_other = [a + b for a, b in zip(g_other, back[n_adapted:n_adapted + len(others)])]
-        g_lr = [a + b for a, b in zip(g_lr, back[n_adapted + len(others):])]
+      g_phi, g_other, g_lr = _replay_backward(replay, upstream, phis, states,
+                                              other_weights, lrs, inner_steps, return_steps)
       per_step_bn.set_step(inner_steps)
       by = dict(zip(adapted, g_phi))
       by.update(zip(others, g_other))
@@ -385,15 +436,10 @@ def inner_sgd_recompute(model: keras.Model, loss_fn: LossFn, weights: Dict[str, 
     return [tf.identity(t) for ph in outputs for t in ph], grad
 
   flat = unrolled(*([full[p] for p in paths] + lr_inputs))
+  steps_out = [dict(weights, **dict(zip(adapted, flat[i:i + n_adapted])))
+               for i in range(0, len(flat), n_adapted)]
   final_state = {p: tf.stop_gradient(t) for p, t in states[-1].items()}
-  steps_out = []
-  for i in range(len(flat) // n_adapted):
-    fast = dict(weights)
-    fast.update(zip(adapted, flat[i * n_adapted:(i + 1) * n_adapted]))
-    steps_out.append(fast)
-  if return_steps:
-    return steps_out, final_state
-  return steps_out[-1], final_state
+  return (steps_out if return_steps else steps_out[-1]), final_state
 
 
 def msl_weights(step, anneal_steps: int, inner_steps: int, dtype=tf.float32) -> tf.Tensor:
@@ -429,12 +475,67 @@ def msl_weights(step, anneal_steps: int, inner_steps: int, dtype=tf.float32) -> 
   return tf.concat([non_final, tf.reshape(tf.cast(final, dtype), [1])], 0)
 
 
-class MAML(tf.Module):
+def make_rule(inner_rule, inner_lr: float, *, lslr: bool = False, inner_momentum=0.9,
+              inner_beta1=0.9, inner_beta2=0.999, inner_epsilon=1e-8) -> rules.InnerRule:
+  """The inner update rule of a learner's arguments: ``inner_rule`` (``"sgd"``,
+  ``"metasgd"``, ``"lslr"``, ``"momentum"``, ``"adam"``, or an
+  :class:`hypernet.meta.rules.InnerRule`) with ``inner_lr`` and the hyperparameters;
+  ``lslr=True`` is ``inner_rule="lslr"``.
+
+  Raises:
+    ValueError: an unknown rule, ``lslr`` with another rule, a bad hyperparameter.
+  """
+  if lslr:
+    if inner_rule not in ("sgd", "lslr"):
+      raise ValueError(f"lslr=True is the rule 'lslr'; it cannot be combined with "
+                       f"inner_rule={inner_rule!r}.")
+    inner_rule = "lslr"
+  if isinstance(inner_rule, rules.InnerRule):
+    return inner_rule
+  named = {"metasgd": rules.MetaSGD, "lslr": rules.LSLR}
+  if inner_rule in named:
+    return named[inner_rule](inner_lr)
+  return rules.get_rule(inner_rule, inner_lr, momentum=inner_momentum, beta1=inner_beta1,
+                        beta2=inner_beta2, epsilon=inner_epsilon)
+
+
+def adapt_with_order(run, first_order: bool, switch, dtype, recompute: bool):
+  """Calls ``run(first_order, second_order_scale)`` for a learner whose derivative order
+  is ``switch`` this call (MAML++'s derivative-order annealing, Sec. 4 "DA"): ``None``
+  (the learner's ``first_order``), a Python bool, or a scalar bool tensor (first order
+  while true). A tensor switch traces both orders and runs the taken branch alone (the
+  gradient of a ``tf.cond`` is a cond); with ``recompute`` it scales the recomputed
+  backward pass's second-order terms by 0 or 1 instead (a ``tf.cond`` around the custom
+  gradient does not differentiate inside a while loop)."""
+  if switch is None or first_order:
+    return run(first_order, None)
+  if not tf.is_tensor(switch):
+    return run(bool(switch), None)
+  if recompute:
+    return run(False, 1.0 - tf.cast(switch, dtype))
+  return tf.cond(switch, lambda: run(True, None), lambda: run(False, None))
+
+
+def expose_rule_variables(learner, rule: rules.InnerRule) -> None:
+  """Makes ``rule``'s variables the learner's (trained and checkpointed with it): LSLR's
+  as ``learner.step_lrs``, Meta-SGD's as ``learner.inner_lrs`` (the names checkpoints
+  use), any other rule's as ``learner.rule_variables``."""
+  if isinstance(rule, rules.LSLR):
+    learner.step_lrs = rule.rates
+  elif isinstance(rule, rules.MetaSGD):
+    learner.inner_lrs = rule.rates
+  elif rule.variables:
+    learner.rule_variables = list(rule.variables)
+
+
+@learner_lib.LEARNERS.register("maml")
+class MAML(learner_lib.Learner):
   """Model-Agnostic Meta-Learning (Finn et al. 2017), second order by default.
 
-  ``adapt`` runs ``inner_steps`` of ``theta' = theta - alpha * grad L_support(theta)``
-  (Eq. 1) on the adapted weights and returns the fast weights. With
-  ``first_order=True`` the inner gradients are treated as constants (FOMAML, Sec. 5.2).
+  ``adapt`` runs ``inner_steps`` of the inner update rule, by default plain SGD
+  ``theta' = theta - alpha * grad L_support(theta)`` (Eq. 1), on the adapted weights and
+  returns the fast weights. With ``first_order=True`` the inner gradients are treated as
+  constants (FOMAML, Sec. 5.2).
 
   Args:
     model: the built target network (Keras 3), run functionally; its variables are never
@@ -458,27 +559,30 @@ class MAML(tf.Module):
       built by the inner steps alone). Listed in :attr:`untrained_paths`.
     recompute: second order whose memory does not grow with ``inner_steps``: the inner
       steps are recomputed in the backward pass (:func:`inner_sgd_recompute`; the same
-      meta-gradient, one more support pass per step). Ignored for first order.
+      meta-gradient, one more support pass per step). Ignored for first order; needs a
+      stateless rule.
     lslr: MAML++'s learned per-layer per-step inner learning rates (Antoniou et al.
-      2019, Sec. 4 "LSLR"): one trainable scalar per adapted weight tensor and inner
-      step, initialised to ``inner_lr`` (:attr:`step_lrs`, in ``trainable_variables``).
+      2019, Sec. 4 "LSLR"; the rule ``"lslr"``): one trainable scalar per adapted weight
+      tensor and inner step, initialised to ``inner_lr`` (:attr:`step_lrs`, in
+      ``trainable_variables``).
     multi_step_loss: MAML++'s multi-step loss (Sec. 4 "MSL"): the outer loss is
       ``sum_k w_k L_query(theta_k)`` over the weights after every inner step, with the
-      weights :attr:`msl_weights` (set them per meta-step with :func:`msl_weights`);
-      used by :mod:`hypernet.meta.meta_batch` through :meth:`adapt_steps`.
+      weights given to :mod:`hypernet.meta.meta_batch` (``msl_weights=``, from
+      :func:`msl_weights`); read through :meth:`adapt_steps`.
+    inner_rule: the inner update rule (:mod:`hypernet.meta.rules`): ``"sgd"`` (MAML),
+      ``"metasgd"`` (learned per-parameter rates, :attr:`inner_lrs`), ``"lslr"``,
+      ``"momentum"``, ``"adam"`` (stateful, exact second order through their state), or
+      an :class:`~hypernet.meta.rules.InnerRule`.
+    inner_momentum: ``"momentum"``'s decay (float in [0, 1)).
+    inner_beta1: ``"adam"``'s first-moment decay.
+    inner_beta2: ``"adam"``'s second-moment decay.
+    inner_epsilon: ``"adam"``'s epsilon.
     name: module name.
 
-  Attributes:
-    first_order_now: ``None``, or a scalar bool tensor set by the caller while tracing
-      (MAML++'s derivative-order annealing, Sec. 4 "DA": first order while it is true,
-      e.g. ``meta_step < config.meta.first_order_steps``); overrides ``first_order``.
-    msl_weights: with ``multi_step_loss``, a ``[inner_steps]`` float tensor of per-step
-      query-loss weights set by the caller while tracing (default: all on the last step).
-
   Raises:
-    ValueError: bad ``inner_lr`` / ``inner_steps`` / ``loss_fn`` name; a pattern matches
-      no trainable weight; second order on a target with a layer whose second
-      derivatives cannot be exact (named; see
+    ValueError: bad ``inner_lr`` / ``inner_steps`` / ``loss_fn`` name / rule; a pattern
+      matches no trainable weight; ``recompute`` with a stateful rule; second order on a
+      target with a layer whose second derivatives cannot be exact (named; see
       :func:`hypernet.numerics.second_order.check_second_order`).
   """
 
@@ -486,48 +590,40 @@ class MAML(tf.Module):
                inner_steps: int = 1, adapt=None, exclude=(), first_order: bool = False,
                inner_training: Optional[bool] = True, zero_init=(),
                recompute: bool = False, lslr: bool = False, multi_step_loss: bool = False,
+               inner_rule="sgd", inner_momentum: float = 0.9, inner_beta1: float = 0.9,
+               inner_beta2: float = 0.999, inner_epsilon: float = 1e-8,
                name: Optional[str] = None):
-    super().__init__(name=name)
-    self.recompute = bool(recompute)
-    self.lslr = bool(lslr)
-    self.multi_step_loss = bool(multi_step_loss)
-    self.first_order_now = None
-    self.msl_weights = None
-    if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 1:
-      raise ValueError(f"inner_steps must be an int >= 1, got {inner_steps!r}.")
-    if not isinstance(inner_lr, (int, float)) or isinstance(inner_lr, bool) or inner_lr <= 0:
-      raise ValueError(f"inner_lr must be a float > 0, got {inner_lr!r}.")
-    self._model = model
-    self.loss_fn = losses.get_loss(loss_fn)
-    self.inner_lr = float(inner_lr)
-    self.inner_steps = inner_steps
+    super().__init__(model, loss_fn, name=name)
+    self.inner_steps = learner_lib.check_int("inner_steps", inner_steps, 1)
+    self.inner_lr = learner_lib.check_positive("inner_lr", inner_lr)
     self.first_order = bool(first_order)
     self.inner_training = inner_training
+    self.multi_step_loss = bool(multi_step_loss)
+    self.rule = make_rule(inner_rule, self.inner_lr, lslr=lslr,
+                          inner_momentum=inner_momentum, inner_beta1=inner_beta1,
+                          inner_beta2=inner_beta2, inner_epsilon=inner_epsilon)
+    self.recompute = bool(recompute)
+    if self.recompute and self.rule.stateful:
+      raise ValueError(f"recompute=True replays plain gradient steps; the rule "
+                       f"{type(self.rule).__name__} keeps state: set recompute=False.")
     if not self.first_order:
       second_order.check_second_order(model, f"Second-order {type(self).__name__}")
-    self.adapted_paths: List[str] = functional.select_paths(
-        model, adapt, trainable=True, exclude=exclude)
-    if not self.adapted_paths:
-      raise ValueError(
-          f"adapt={adapt!r} with exclude={exclude!r} selects no weight of model "
-          f"{model.name!r}; available: {list(functional.variable_paths(model, True))}")
-    self.zero_init_paths: List[str] = (
-        functional.select_paths(model, zero_init, trainable=True) if zero_init else [])
-    not_adapted = [p for p in self.zero_init_paths if p not in self.adapted_paths]
-    if not_adapted:
-      raise ValueError(f"zero_init={zero_init!r} selects {not_adapted}, which the inner "
-                       "loop does not adapt: they would stay zero. Adapt them or drop them.")
-    self._make_step_lrs()
+    self.adapted_paths, self.zero_init_paths = learner_lib.select_adapted(
+        model, adapt, exclude, zero_init)
+    with self.name_scope:
+      self.rule.build(functional.variable_paths(model, trainable=True), self.adapted_paths,
+                      self.inner_steps)
+    expose_rule_variables(self, self.rule)
+
+  @property
+  def lslr(self) -> bool:
+    """Whether the rule is MAML++'s LSLR."""
+    return isinstance(self.rule, rules.LSLR)
 
   @property
   def untrained_paths(self) -> List[str]:
-    """Target paths whose variables the learner never reads (not meta-trained)."""
+    """The zero-initialised paths: their variables are never read (not meta-trained)."""
     return list(self.zero_init_paths)
-
-  @property
-  def model(self) -> keras.Model:
-    """The target network."""
-    return self._model
 
   def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
     """The initial weights as tensors: ``weights`` plus the adapted paths it lacks.
@@ -539,84 +635,44 @@ class MAML(tf.Module):
     Raises:
       ValueError: a path of ``weights`` is not a variable of the target.
     """
-    weights = dict(weights or {})
-    variables = functional.variable_paths(self._model)
-    unknown = [p for p in weights if p not in variables]
-    if unknown:
-      raise ValueError(
-          f"weights has path(s) {unknown} that are not variables of model "
-          f"{self._model.name!r}; known paths: {list(variables)}")
-    out = {p: tf.convert_to_tensor(w) for p, w in weights.items()}
-    for p in self.adapted_paths:
-      if p not in out:
-        out[p] = tf.convert_to_tensor(variables[p].value)
-    for p in self.zero_init_paths:
-      out[p] = tf.zeros(variables[p].shape, variables[p].dtype)
-    return out
+    return learner_lib.initial_weights(self._model, weights, self.adapted_paths,
+                                       self.zero_init_paths)
 
-  def _make_step_lrs(self) -> None:
-    if not self.lslr:
-      return
-    variables = functional.variable_paths(self._model, trainable=True)
-    with self.name_scope:
-      # One scalar per adapted tensor and step; steps beyond inner_steps (a larger
-      # eval_inner_steps) reuse the last step's rate.
-      self.step_lrs: Dict[str, tf.Variable] = {
-          p: tf.Variable(tf.fill([self.inner_steps], tf.constant(
-              self.inner_lr, tf.as_dtype(variables[p].dtype))), trainable=True,
-              name="step_lr_" + p.replace("/", "_"))
-          for p in self.adapted_paths}
-
-  def inner_learning_rates(self):
-    """The inner learning rate(s) used by :meth:`adapt`: a float, or with ``lslr`` a list
-    with one ``{path: scalar tensor}`` per inner step."""
-    if not self.lslr:
-      return self.inner_lr
-    rates = {p: tf.convert_to_tensor(v) for p, v in self.step_lrs.items()}
-    last = self.step_lrs[self.adapted_paths[0]].shape[0] - 1
-    return [{p: r[min(k, last)] for p, r in rates.items()} for k in range(self.inner_steps)]
+  def inner_learning_rates(self, steps: Optional[int] = None):
+    """The rule's learning rates in :func:`step_learning_rate`'s forms (``steps``: the
+    inner steps of this call, for LSLR's per-step list); ``None`` for a stateful rule."""
+    if isinstance(self.rule, rules.LSLR):
+      return self.rule.learning_rates(steps or self.inner_steps)
+    return self.rule.learning_rates()
 
   def _inner(self, support_x, support_y, init, state, first_order: bool,
-             return_steps: bool, second_order_scale=None):
-    kwargs = dict(inner_lr=self.inner_learning_rates(), inner_steps=self.inner_steps,
-                  training=self.inner_training, state=state, return_steps=return_steps)
+             return_steps: bool, steps: int, training, second_order_scale=None):
     if self.recompute and not first_order:
-      return inner_sgd_recompute(self._model, self.loss_fn, init, self.adapted_paths,
-                                 support_x, support_y,
-                                 second_order_scale=second_order_scale, **kwargs)
+      return inner_sgd_recompute(
+          self._model, self.loss_fn, init, self.adapted_paths, support_x, support_y,
+          inner_lr=self.inner_learning_rates(steps), inner_steps=steps, training=training,
+          state=state, return_steps=return_steps, second_order_scale=second_order_scale)
     return inner_sgd(self._model, self.loss_fn, init, self.adapted_paths, support_x,
-                     support_y, first_order=first_order, **kwargs)
+                     support_y, rule=self.rule, inner_steps=steps, first_order=first_order,
+                     training=training, state=state, return_steps=return_steps)
 
-  def adapt_steps(self, support_x, support_y, weights: Optional[Weights] = None,
-                  state: Optional[Weights] = None
-                  ) -> Tuple[List[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
-    """As :meth:`adapt`, but returns the fast weights after every inner step: a list of
-    ``inner_steps`` dicts (the multi-step loss), and the state after the last step."""
-    return self._adapt(support_x, support_y, weights, state, return_steps=True)
-
-  def _adapt(self, support_x, support_y, weights, state, return_steps):
+  def _adapt(self, support_x, support_y, weights, state, return_steps, inner_steps=None,
+             inner_training=None, first_order=None):
     init = self.initial_weights(weights)
-    switch = self.first_order_now
-    if switch is None or self.first_order:
-      return self._inner(support_x, support_y, init, state, self.first_order, return_steps)
-    if not tf.is_tensor(switch):
-      return self._inner(support_x, support_y, init, state, bool(switch), return_steps)
-    if self.recompute:
-      # The recomputed backward pass scales its second-order terms by 0 or 1 (a
-      # tf.cond around the custom gradient does not differentiate inside a while loop).
-      scale = 1.0 - tf.cast(switch, init[self.adapted_paths[0]].dtype)
-      return self._inner(support_x, support_y, init, state, False, return_steps,
-                         second_order_scale=scale)
-    # Derivative-order annealing: both orders traced, the taken branch alone runs (and
-    # only its backward pass: the gradient of a cond is a cond).
-    state = read_state(self._model, state)
-    return tf.cond(switch,
-                   lambda: self._inner(support_x, support_y, init, state, True, return_steps),
-                   lambda: self._inner(support_x, support_y, init, state, False,
-                                       return_steps))
+    steps = self.inner_steps if inner_steps is None else int(inner_steps)
+    training = self.inner_training if inner_training is None else inner_training
+    if tf.is_tensor(first_order) and not self.first_order and not self.recompute:
+      state = read_state(self._model, state)  # Both branches of the cond take it.
+
+    def run(order, scale):
+      return self._inner(support_x, support_y, init, state, order, return_steps, steps,
+                         training, second_order_scale=scale)
+
+    return adapt_with_order(run, self.first_order, first_order,
+                            init[self.adapted_paths[0]].dtype, self.recompute)
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
-            state: Optional[Weights] = None
+            state: Optional[Weights] = None, **options
             ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
     """Adapts the initial weights to one task's support set.
 
@@ -627,6 +683,9 @@ class MAML(tf.Module):
       weights: optional initial weights ``{path: tensor}`` (e.g. from a hypernetwork);
         adapted paths not given are read from the target's variables.
       state: optional non-trainable state ``{path: tensor}`` (BatchNorm statistics).
+      **options: ``inner_steps`` (int), ``inner_training`` and ``first_order`` (None, a
+        bool or a scalar bool tensor: MAML++'s derivative-order annealing, first order
+        while true) for this call (:meth:`hypernet.meta.learner.Learner.adapt`).
 
     Returns:
       ``(fast_weights, state)``: ``{path: tensor}`` to run the target on (the given
@@ -636,9 +695,17 @@ class MAML(tf.Module):
     Raises:
       MissingInnerGradientError: see :func:`inner_sgd`.
     """
-    return self._adapt(support_x, support_y, weights, state, return_steps=False)
+    return self._adapt(support_x, support_y, weights, state, False, **options)
+
+  def adapt_steps(self, support_x, support_y, weights: Optional[Weights] = None,
+                  state: Optional[Weights] = None, **options
+                  ) -> Tuple[List[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
+    """As :meth:`adapt`, but returns the fast weights after every inner step: a list of
+    ``inner_steps`` dicts (the multi-step loss), and the state after the last step."""
+    return self._adapt(support_x, support_y, weights, state, True, **options)
 
 
+@learner_lib.LEARNERS.register("fomaml")
 class FirstOrderMAML(MAML):
   """First-order MAML (Finn et al. 2017, Sec. 5.2): MAML with ``first_order=True``.
 
@@ -652,26 +719,20 @@ class FirstOrderMAML(MAML):
     super().__init__(model, loss_fn, first_order=True, **kwargs)
 
 
+@learner_lib.LEARNERS.register("metasgd")
 class MetaSGD(MAML):
   """Meta-SGD (Li et al. 2017): MAML with learned per-parameter inner learning rates.
 
   ``theta' = theta - alpha o grad L_support(theta)`` (Eq. 3), with ``alpha`` a trainable
   ``tf.Variable`` per adapted weight, of that weight's shape and dtype, initialised to
-  ``inner_lr``. The outer optimiser trains them with the initial weights:
-  ``learner.trainable_variables`` lists them (``learner.inner_lrs`` keys them by path).
-  Arguments as :class:`MAML`.
+  ``inner_lr`` (the rule :class:`hypernet.meta.rules.MetaSGD`). The outer optimiser
+  trains them with the initial weights: ``learner.trainable_variables`` lists them
+  (``learner.inner_lrs`` keys them by path). Arguments as :class:`MAML` (without
+  ``inner_rule``).
   """
 
   def __init__(self, model: keras.Model, loss_fn: LossFn, **kwargs):
+    if kwargs.get("inner_rule", "metasgd") != "metasgd":
+      raise TypeError("MetaSGD's rule is its learned rates; do not pass inner_rule=.")
+    kwargs["inner_rule"] = "metasgd"
     super().__init__(model, loss_fn, **kwargs)
-    variables = functional.variable_paths(model, trainable=True)
-    with self.name_scope:
-      self.inner_lrs: Dict[str, tf.Variable] = {
-          p: tf.Variable(tf.fill(tuple(variables[p].shape),
-                                 tf.constant(self.inner_lr, tf.as_dtype(variables[p].dtype))),
-                         trainable=True, name="inner_lr_" + p.replace("/", "_"))
-          for p in self.adapted_paths}
-
-  def inner_learning_rates(self):
-    """``{path: tf.Variable}`` learned inner learning rates, read as tensors."""
-    return {p: tf.convert_to_tensor(v) for p, v in self.inner_lrs.items()}

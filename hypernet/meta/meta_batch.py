@@ -47,7 +47,8 @@ import keras
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.numerics import norm_relu_pool, plain_bias
+from hypernet.numerics import accel
+from hypernet.meta import learner as learner_lib
 from hypernet.meta import losses, per_step_bn
 
 Weights = Mapping[str, tf.Tensor]
@@ -55,6 +56,8 @@ BATCH_KEYS = ("support_x", "support_y", "query_x", "query_y")
 PARALLEL = ("map_fn", "vectorized_map")
 # config.meta.parallel: "accumulate" (meta_batch_gradients) or one of PARALLEL.
 STRATEGIES = ("accumulate",) + PARALLEL
+# What every learner.adapt call of a meta-batch may be given (Learner.adapt).
+ADAPT_OPTIONS = ("inner_steps", "inner_training", "first_order")
 
 
 def sum_gradients(a, b):
@@ -115,50 +118,90 @@ def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, q
   if accuracy:
     result["query_accuracy_after"] = losses.sparse_accuracy(qy, out_after)
   if before_metrics:
-    out = tf.stop_gradient(plain_bias.call(functional.functional_call,
-        model, init, qx, training=query_training, state=state))
+    out = tf.stop_gradient(functional.functional_call(model, init, qx, training=query_training,
+                                                   state=state, accelerate="meta"))
     result["query_loss_before"] = loss_fn(qy, out)
     if accuracy:
       result["query_accuracy_before"] = losses.sparse_accuracy(qy, out)
   return {k: tf.cast(v, dtype) for k, v in result.items()}
 
+
 def uses_multi_step_loss(learner) -> bool:
   """Whether ``learner`` asks for MAML++'s multi-step loss (``multi_step_loss=True``)."""
-  return bool(getattr(learner, "multi_step_loss", False))
+  return bool(learner.multi_step_loss)
 
 
-def _adapt(learner, sx, sy, init, state):
+def _adapt(learner, sx, sy, init, state, options):
   """``(fast weights after each step (a list; the last alone without MSL), state)``."""
   if uses_multi_step_loss(learner):
-    return learner.adapt_steps(sx, sy, weights=init, state=state)
-  fast, task_state = learner.adapt(sx, sy, weights=init, state=state)
+    return learner.adapt_steps(sx, sy, weights=init, state=state, **options)
+  fast, task_state = learner.adapt(sx, sy, weights=init, state=state, **options)
   return [fast], task_state
 
 
-def _objective(learner, model, steps, qx, qy, state, final_loss, query_training):
+def _objective(learner, model, steps, qx, qy, state, final_loss, query_training,
+               msl_weights):
   """The differentiated per-task loss: the query loss at the fast weights, or with the
-  multi-step loss ``sum_k w_k L_query(theta_k)`` (``learner.msl_weights``, default all
-  on the last step; Antoniou et al. 2019, Sec. 4)."""
-  if len(steps) == 1:
+  multi-step loss ``sum_k w_k L_query(theta_k)`` (``msl_weights``, default all on the
+  last step; Antoniou et al. 2019, Sec. 4)."""
+  if len(steps) == 1 or msl_weights is None:
     return final_loss
-  weights = learner.msl_weights
-  if weights is None:
-    return final_loss
-  weights = tf.cast(weights, final_loss.dtype)
+  weights = tf.cast(msl_weights, final_loss.dtype)
   total = weights[-1] * final_loss
   for k, fast in enumerate(steps[:-1]):
     with per_step_bn.step_scope(k + 1):  # After k + 1 steps: per-step BatchNorm row k+1.
-      out = plain_bias.call(functional.functional_call, model, fast, qx,
-                            training=query_training, state=state)
+      out = functional.functional_call(model, fast, qx, training=query_training, state=state,
+                                       accelerate="meta")
     total += weights[k] * learner.loss_fn(qy, out)
   return total
+
+
+def _target_state(model, state) -> Dict[str, tf.Tensor]:
+  """``state`` as a dict, default the target's non-trainable variables' values."""
+  if state is None:
+    return {p: tf.convert_to_tensor(v.value)
+            for p, v in functional.variable_paths(model, trainable=False).items()}
+  return dict(state)
+
+
+def _metric_names(accuracy: bool, before_metrics: bool) -> List[str]:
+  names = ["query_loss_after"] + (["query_accuracy_after"] if accuracy else [])
+  if before_metrics:
+    names += [n.replace("_after", "_before") for n in names]
+  return names
+
+
+def _check_options(adapt_options) -> Dict[str, object]:
+  options = dict(adapt_options or {})
+  unknown = sorted(set(options) - set(ADAPT_OPTIONS))
+  if unknown:
+    raise ValueError(f"adapt_options {unknown} are unknown; use {list(ADAPT_OPTIONS)}.")
+  return {k: v for k, v in options.items() if v is not None}
+
+
+def _map_tasks(task, elems, parallel, signature, parallel_iterations):
+  """``task`` over the tasks of ``elems``: ``tf.map_fn`` or ``tf.vectorized_map``."""
+  if parallel == "map_fn":
+    return tf.map_fn(task, elems, fn_output_signature=signature,
+                     parallel_iterations=parallel_iterations)
+  # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
+  # has no pfor converter and would run in a loop over them (hypernet.numerics.norm_relu_pool).
+  # (Entered inside the mapped function: eagerly, vectorized_map traces it in a
+  # tf.function of its own, which a switch entered around the call does not reach.)
+  def unfused_task(elems):
+    with accel.disabled("fused_blocks"):
+      return task(elems)
+
+  return tf.vectorized_map(unfused_task, elems, fallback_to_while_loop=True)
 
 
 def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
                     weights: Optional[Weights] = None, state: Optional[Weights] = None,
                     parallel: str = "map_fn", query_training: Optional[bool] = True,
                     accuracy: Optional[bool] = None, before_metrics: bool = True,
-                    parallel_iterations: Optional[int] = None) -> MetaBatchResult:
+                    parallel_iterations: Optional[int] = None, msl_weights=None,
+                    adapt_options: Optional[Mapping[str, object]] = None
+                    ) -> MetaBatchResult:
   """Adapts to every task of a meta-batch and returns the mean query loss and metrics.
 
   For each task: fast weights = ``learner.adapt(support_x, support_y, weights, state)``,
@@ -167,10 +210,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   tasks all start from the same initial weights and state.
 
   Args:
-    learner: an inner-loop learner (:class:`~hypernet.meta.inner_loop.MAML`,
-      ``FirstOrderMAML``, ``MetaSGD``, :class:`~hypernet.meta.anil.ANIL`): anything with
-      ``model``, ``loss_fn``, ``initial_weights(weights)`` and
-      ``adapt(x, y, weights=, state=)``.
+    learner: a :class:`hypernet.meta.learner.Learner`.
     batch: dict with ``support_x``, ``support_y``, ``query_x``, ``query_y`` (module doc).
     weights: optional initial weights ``{path: tensor}`` shared by all tasks (e.g. a
       hypernetwork's output); others come from the target's variables.
@@ -184,71 +224,58 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     before_metrics: also evaluate the query set at the initial weights (one more forward
       pass per task, about a quarter of a 1-shot meta-step; e.g. only at evaluation).
     parallel_iterations: ``tf.map_fn``'s parallel iterations (None: TF's default).
+    msl_weights: with ``learner.multi_step_loss``, ``[inner_steps]`` weights of the query
+      loss after each step (:func:`hypernet.meta.msl_weights`; ``None``: the last alone).
+    adapt_options: options of every ``learner.adapt`` call: ``inner_steps``,
+      ``inner_training``, ``first_order`` (:meth:`hypernet.meta.learner.Learner.adapt`).
 
   Returns:
     A :class:`MetaBatchResult` ``(loss, metrics, state, per_task)``.
 
   Raises:
-    ValueError: a batch key is missing or shapes disagree; unknown ``parallel``.
+    ValueError: a batch key is missing or shapes disagree; unknown ``parallel`` or
+      option.
     hypernet.meta.inner_loop.MissingInnerGradientError: from the learner.
   """
   if parallel not in PARALLEL:
     raise ValueError(f"parallel={parallel!r}; use one of {PARALLEL}.")
   batch = _check_batch(batch)
+  options = _check_options(adapt_options)
   model, loss_fn = learner.model, learner.loss_fn
   if accuracy is None:
     accuracy = loss_fn is losses.sparse_softmax_cross_entropy
   init = learner.initial_weights(weights)
-  if state is None:
-    state = {p: tf.convert_to_tensor(v.value)
-             for p, v in functional.variable_paths(model, trainable=False).items()}
-  state = dict(state)
+  state = _target_state(model, state)
   # Per-task results in the weights' dtype (float64 models give float64 losses).
   loss_dtype = next(iter(init.values())).dtype
-  metric_names = ["query_loss_after"] + (["query_accuracy_after"] if accuracy else [])
-  if before_metrics:
-    metric_names += [n.replace("_after", "_before") for n in metric_names]
-
   msl = uses_multi_step_loss(learner)
-  if msl:
-    metric_names.append("msl_objective")
+  metric_names = _metric_names(accuracy, before_metrics) + (["msl_objective"] if msl else [])
 
   def task(elems):
     sx, sy, qx, qy = elems
-    steps, task_state = _adapt(learner, sx, sy, init, state)
+    steps, task_state = _adapt(learner, sx, sy, init, state, options)
     adapted_state = task_state
-    out_after, task_state = plain_bias.call(functional.functional_call,
-        model, steps[-1], qx, training=query_training, return_state=True, state=task_state)
+    out_after, task_state = functional.functional_call(
+        model, steps[-1], qx, training=query_training, return_state=True, state=task_state,
+            accelerate="meta")
     loss_after = loss_fn(qy, out_after)
     result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init,
                             state, query_training, before_metrics, accuracy, loss_dtype)
     if msl:
       result["msl_objective"] = tf.cast(_objective(
-          learner, model, steps, qx, qy, adapted_state, loss_after, query_training),
-          loss_dtype)
+          learner, model, steps, qx, qy, adapted_state, loss_after, query_training,
+          msl_weights), loss_dtype)
     return result, {p: task_state[p] for p in state}
 
-  elems = tuple(batch[k] for k in BATCH_KEYS)
-  if parallel == "map_fn":
-    signature = ({k: tf.TensorSpec([], loss_dtype) for k in metric_names},
-                 {p: tf.TensorSpec(t.shape, t.dtype) for p, t in state.items()})
-    per_task, states = tf.map_fn(task, elems, fn_output_signature=signature,
-                                 parallel_iterations=parallel_iterations)
-  else:
-    # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
-    # has no pfor converter and would run in a loop over them (hypernet.numerics.norm_relu_pool).
-    # (Entered inside the mapped function: eagerly, vectorized_map traces it in a
-    # tf.function of its own, which a switch entered around the call does not reach.)
-    def unfused_task(elems):
-      with norm_relu_pool.disabled():
-        return task(elems)
-
-    per_task, states = tf.vectorized_map(unfused_task, elems, fallback_to_while_loop=True)
-  loss = tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"])
-  metrics = {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()}
-  new_state = {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
-               for p, s in states.items()}
-  return MetaBatchResult(loss, metrics, new_state, per_task)
+  signature = ({k: tf.TensorSpec([], loss_dtype) for k in metric_names},
+               {p: tf.TensorSpec(t.shape, t.dtype) for p, t in state.items()})
+  per_task, states = _map_tasks(task, tuple(batch[k] for k in BATCH_KEYS), parallel,
+                                signature, parallel_iterations)
+  return MetaBatchResult(
+      tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"]),
+      {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()},
+      {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
+       for p, s in states.items()}, per_task)
 
 
 class MetaBatchGradients(NamedTuple):
@@ -280,18 +307,15 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
                          state: Optional[Weights] = None, task_weight=None,
                          query_training: Optional[bool] = True,
                          accuracy: Optional[bool] = None, before_metrics: bool = False,
-                         parallel_iterations: int = 1,
-                         staggered: bool = False) -> MetaBatchGradients:
+                         parallel_iterations: int = 1, staggered: bool = False,
+                         msl_weights=None, adapt_options=None) -> MetaBatchGradients:
   """Meta-gradients of a meta-batch, accumulated task by task in a ``tf.while_loop``.
 
-  For task ``t`` (support/query as in the module doc): fast weights from
-  ``learner.adapt``, query loss ``L_t`` at the fast weights, and, inside the same loop
-  iteration, ``d(task_weight * L_t) / d(weights, variables)`` by a tape that sees only
-  this task; the loop sums them. The result equals
-  ``tape.gradient(task_weight * sum_t L_t, ...)`` of :func:`meta_batch_loss`'s
-  per-task losses (``task_weight = 1/T``: the gradient of its ``loss``), up to float
-  summation order, with the memory of one task: Finn et al. 2017's meta-gradient (Alg. 2,
-  line 10), accumulated as their reference implementation's per-task ``backward()`` does.
+  For task ``t``: fast weights from ``learner.adapt``, query loss ``L_t`` at them, and in
+  the same loop iteration ``d(task_weight * L_t) / d(weights, variables)`` by a tape that
+  sees only this task; the loop sums them: :func:`meta_batch_loss`'s gradient
+  (``task_weight = 1/T``) up to float summation order, with the memory of one task
+  (Finn et al. 2017, Alg. 2 line 10, as their per-task ``backward()``).
   Call it in a ``tf.function`` (eagerly the loop runs in Python; results are the same).
   No outer tape is needed: run a weight producer (hypernetwork) under your own tape and
   chain ``weight_grads`` through it with ``tape.gradient(..., output_gradients=)``.
@@ -308,21 +332,16 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     state: optional non-trainable state ``{path: tensor}``; default the target's.
     task_weight: scalar multiplying each task's loss before differentiation (e.g. a loss
       scale / the global meta-batch size); default ``1/T``.
-    query_training: as :func:`meta_batch_loss`.
-    accuracy: as :func:`meta_batch_loss`.
-    before_metrics: also evaluate the query set at the initial weights (one more forward
-      pass per task, not differentiated); off by default here.
+    query_training, accuracy: as :func:`meta_batch_loss`.
+    before_metrics: as :func:`meta_batch_loss` (off by default here).
     parallel_iterations: tasks in flight at once (1: memory of one task; more may overlap
       one task's forward pass with another's backward pass, with that many tasks' memory).
     staggered: with ``parallel_iterations > 1``, a task's query pass waits until the
-      previous task's query gradient is done, so only one task's query activations (the
-      large ones) are alive at a time, while the previous task's second-order pass back
-      through its inner loop (many small ops on the small support set) runs beside it.
-      The task's gradient is then taken in two parts, the same chain rule: ``g`` =
-      ``dL/d(fast weights, adapted float state)`` and the direct ``dL/d(sources)`` by a
-      tape over the query pass alone, then ``g`` back through the inner loop by a tape
-      over the adaptation. Meant for second order (first order has no pass back
-      through the inner loop to overlap; unstaggered tasks overlap fully).
+      previous task's query gradient is done: one task's query activations (the large
+      ones) alive at a time, beside the previous task's second-order pass back through
+      its inner loop (the same gradient in two parts: ``_TaskGradients._staggered``).
+      Meant for second order (first order has no such pass to overlap).
+    msl_weights, adapt_options: as :func:`meta_batch_loss`.
 
   Returns:
     A :class:`MetaBatchGradients`.
@@ -333,104 +352,153 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     hypernet.meta.inner_loop.MissingInnerGradientError: from the learner.
   """
   batch = _check_batch(batch)
+  options = _check_options(adapt_options)
+  variables = _check_variables(variables)
+  if accuracy is None:
+    accuracy = learner.loss_fn is losses.sparse_softmax_cross_entropy
+  weights = {p: tf.convert_to_tensor(w) for p, w in (weights or {}).items()}
+  state = _target_state(learner.model, state)
+  num_tasks = tf.shape(batch["support_x"], out_type=tf.int32)[0]
+  if task_weight is None:
+    task_weight = 1.0 / tf.cast(num_tasks, tf.float64)
+  one_task = _TaskGradients(learner, batch, variables, weights, state, task_weight,
+                            query_training, accuracy, before_metrics, msl_weights, options)
+  # The multi-step loss reads every step's fast weights: not staggered.
+  stagger = (bool(staggered) and parallel_iterations > 1
+             and not uses_multi_step_loss(learner))
+  acc, state_sum, state_first, arrays = _accumulate(
+      one_task, num_tasks, _metric_names(accuracy, before_metrics), stagger,
+      parallel_iterations)
+  per_task = {k: a.stack() for k, a in arrays.items()}
+  metrics = {k: tf.reduce_mean(v) for k, v in per_task.items()}
+  new_state = dict(state_first)
+  new_state.update({p: s / tf.cast(num_tasks, s.dtype) for p, s in state_sum.items()})
+  connected = one_task.connected or [True] * len(acc)
+  grads = [g if c else None for g, c in zip(acc, connected)]
+  return MetaBatchGradients(
+      loss=metrics["query_loss_after"],
+      weight_grads={p: g if g is not None else tf.zeros_like(weights[p])
+                    for p, g in zip(weights, grads[:len(weights)])},
+      variable_grads=grads[len(weights):], metrics=metrics,
+      state={p: new_state[p] for p in state}, per_task=per_task)
+
+
+def _check_variables(variables) -> List[tf.Variable]:
   variables = list(variables)
   bad = [type(v).__name__ for v in variables
          if not isinstance(v, (tf.Variable, keras.Variable))]
   if bad:
     raise ValueError(f"variables must be tf.Variables (got {bad}); give tensors as "
                      "weights= instead.")
-  model, loss_fn = learner.model, learner.loss_fn
-  if accuracy is None:
-    accuracy = loss_fn is losses.sparse_softmax_cross_entropy
-  weights = {p: tf.convert_to_tensor(w) for p, w in (weights or {}).items()}
-  weight_paths = list(weights)
-  if state is None:
-    state = {p: tf.convert_to_tensor(v.value)
-             for p, v in functional.variable_paths(model, trainable=False).items()}
-  state = dict(state)
-  num_tasks = tf.shape(batch["support_x"], out_type=tf.int32)[0]
-  if task_weight is None:
-    task_weight = 1.0 / tf.cast(num_tasks, tf.float64)
-  metric_names = ["query_loss_after"] + (["query_accuracy_after"] if accuracy else [])
-  if before_metrics:
-    metric_names += [n.replace("_after", "_before") for n in metric_names]
-  # The sources of the gradient and, at trace time, which of them any loss depends on.
-  connected: List[bool] = []
+  return variables
 
-  def one_task(i, token=None):
-    sx, sy, qx, qy = (tf.gather(batch[k], i) for k in BATCH_KEYS)
-    sources = [weights[p] for p in weight_paths] + variables
 
-    def query_pass(steps, qx, query_state):
-      out, new_state = plain_bias.call(functional.functional_call, model, steps[-1], qx,
-                                       training=query_training, return_state=True,
-                                       state=query_state)
-      loss = loss_fn(qy, out)
-      objective = _objective(learner, model, steps, qx, qy, query_state, loss,
-                             query_training)
-      return out, new_state, loss, objective * tf.cast(task_weight, loss.dtype)
+class _TaskGradients:
+  """One task's meta-gradient, metrics and state in :func:`meta_batch_gradients`'s loop
+  (``self(i, token)``). ``connected`` records at trace time which sources any task's
+  loss depends on."""
 
+  def __init__(self, learner, batch, variables, weights, state, task_weight,
+               query_training, accuracy, before_metrics, msl_weights, options):
+    self.learner, self.batch, self.variables = learner, batch, variables
+    self.weights, self.weight_paths, self.state = weights, list(weights), state
+    self.task_weight, self.query_training = task_weight, query_training
+    self.accuracy, self.before_metrics = accuracy, before_metrics
+    self.msl_weights, self.options = msl_weights, options
+    self.connected: List[bool] = []
+    # Per-task metrics in the weights' dtype (float64 models give float64 losses).
+    model = learner.model
+    self.dtype = (next(iter(weights.values())).dtype if weights else
+                  tf.as_dtype(next(iter(functional.variable_paths(model, True).values())).dtype))
+
+  def sources(self):
+    return [self.weights[p] for p in self.weight_paths] + self.variables
+
+  def query_pass(self, steps, qx, qy, query_state):
+    """``(outputs, state, loss, scaled objective)`` of the query set at ``steps[-1]``."""
+    learner = self.learner
+    out, new_state = functional.functional_call(learner.model, steps[-1], qx,
+                                             training=self.query_training,
+                                             return_state=True, state=query_state,
+                                                 accelerate="meta")
+    loss = learner.loss_fn(qy, out)
+    objective = _objective(learner, learner.model, steps, qx, qy, query_state, loss,
+                           self.query_training, self.msl_weights)
+    return out, new_state, loss, objective * tf.cast(self.task_weight, loss.dtype)
+
+  def __call__(self, i, token=None):
+    sx, sy, qx, qy = (tf.gather(self.batch[k], i) for k in BATCH_KEYS)
+    sources = self.sources()
     # Watches the trainable variables read in the task (the gradient is asked for
     # ``variables`` only) and the given weights. Unstaggered: the whole task; staggered:
     # the adaptation only.
     with tf.GradientTape() as tape:
-      tape.watch([weights[p] for p in weight_paths])
-      init = learner.initial_weights(weights)
-      steps, task_state = _adapt(learner, sx, sy, init, state)
-      fast = steps[-1]
+      tape.watch([self.weights[p] for p in self.weight_paths])
+      init = self.learner.initial_weights(self.weights)
+      steps, task_state = _adapt(self.learner, sx, sy, init, self.state, self.options)
       if token is None:
-        out_after, task_state, loss, scaled = query_pass(steps, qx, task_state)
+        out_after, task_state, loss, scaled = self.query_pass(steps, qx, qy, task_state)
     if token is None:
       grads = tape.gradient(scaled, sources)
       token_out = None
     else:
-      # What the query pass takes from the adaptation: the fast weights and the float
-      # state (moving statistics the inner steps updated, which a query pass with
-      # training=False reads). It sees them as constants it watches, and waits for the
-      # previous task's query gradient (``token``).
-      float_state = {p: t for p, t in (task_state or {}).items() if t.dtype.is_floating}
-      adapted = list(fast.values()) + list(float_state.values())
-      fixed = [tf.stop_gradient(t) for t in adapted]
-      fixed_fast = dict(zip(fast, fixed))
-      query_state = None if task_state is None else {
-          **task_state, **dict(zip(float_state, fixed[len(fast):]))}
-      with tf.control_dependencies([token]):
-        qx = tf.identity(qx)
-      with tf.GradientTape() as query_tape:
-        query_tape.watch(fixed + [weights[p] for p in weight_paths])
-        out_after, task_state, loss, scaled = query_pass([fixed_fast], qx, query_state)
-      parts = query_tape.gradient(scaled, fixed + sources)
-      pairs = [(t, g) for t, g in zip(adapted, parts[:len(adapted)]) if g is not None]
-      through = (tape.gradient([t for t, _ in pairs], sources,
-                               output_gradients=[g for _, g in pairs])
-                 if pairs else [None] * len(sources))
-      grads = [sum_gradients(a, b) for a, b in zip(parts[len(adapted):], through)]
-      with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
-                                    for _, g in pairs]):
-        token_out = tf.identity(token)
-    if not connected:
-      connected.extend(g is not None for g in grads)
+      out_after, task_state, loss, grads, token_out = self._staggered(
+          tape, steps[-1], task_state, qx, qy, token)
+    if not self.connected:
+      self.connected.extend(g is not None for g in grads)
     grads = [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)
              for s, g in zip(sources, grads)]
     grads = [tf.cast(g, s.dtype) for s, g in zip(sources, grads)]
-    result = _query_metrics(model, loss_fn, qx, qy, out_after, tf.stop_gradient(loss), init,
-                            state, query_training, before_metrics, accuracy, loss.dtype)
-    return grads, result, {p: task_state[p] for p in state}, token_out
+    result = _query_metrics(self.learner.model, self.learner.loss_fn, qx, qy, out_after,
+                            tf.stop_gradient(loss), init, self.state, self.query_training,
+                            self.before_metrics, self.accuracy, loss.dtype)
+    return grads, result, {p: task_state[p] for p in self.state}, token_out
 
-  # Per-task metrics in the weights' dtype (float64 models give float64 losses).
-  sources0 = [weights[p] for p in weight_paths] + variables
-  dtype = (next(iter(weights.values())).dtype if weights else
-           tf.as_dtype(next(iter(functional.variable_paths(model, True).values())).dtype))
-  acc0 = [tf.zeros(tf.shape(s), s.dtype) for s in sources0]
+  def _staggered(self, tape, fast, task_state, qx, qy, token):
+    """The task's gradient in two parts (:func:`meta_batch_gradients`, ``staggered``),
+    the same chain rule: ``g = dL/d(fast weights, adapted float state)`` and the direct
+    ``dL/d(sources)`` by a tape over the query pass alone, then ``g`` back through the
+    inner loop by ``tape``, the tape over the adaptation."""
+    sources = self.sources()
+    # What the query pass takes from the adaptation: the fast weights and the float
+    # state (moving statistics the inner steps updated, which a query pass with
+    # training=False reads). It sees them as constants it watches, and waits for the
+    # previous task's query gradient (``token``).
+    float_state = {p: t for p, t in (task_state or {}).items() if t.dtype.is_floating}
+    adapted = list(fast.values()) + list(float_state.values())
+    fixed = [tf.stop_gradient(t) for t in adapted]
+    fixed_fast = dict(zip(fast, fixed))
+    query_state = None if task_state is None else {
+        **task_state, **dict(zip(float_state, fixed[len(fast):]))}
+    with tf.control_dependencies([token]):
+      qx = tf.identity(qx)
+    with tf.GradientTape() as query_tape:
+      query_tape.watch(fixed + [self.weights[p] for p in self.weight_paths])
+      out_after, task_state, loss, scaled = self.query_pass([fixed_fast], qx, qy,
+                                                            query_state)
+    parts = query_tape.gradient(scaled, fixed + sources)
+    pairs = [(t, g) for t, g in zip(adapted, parts[:len(adapted)]) if g is not None]
+    through = (tape.gradient([t for t, _ in pairs], sources,
+                             output_gradients=[g for _, g in pairs])
+               if pairs else [None] * len(sources))
+    grads = [sum_gradients(a, b) for a, b in zip(parts[len(adapted):], through)]
+    with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
+                                  for _, g in pairs]):
+      token_out = tf.identity(token)
+    return out_after, task_state, loss, grads, token_out
+
+
+def _accumulate(one_task, num_tasks, metric_names, stagger, parallel_iterations):
+  """The ``tf.while_loop`` over tasks summing ``one_task``'s gradients and float state
+  (task 0's other state) and writing its metrics: ``(gradient sums, state sums, state
+  firsts, {name: TensorArray})``."""
+  state, dtype = one_task.state, one_task.dtype
+  acc0 = [tf.zeros(tf.shape(s), s.dtype) for s in one_task.sources()]
   float_state = [p for p, s in state.items() if s.dtype.is_floating]
   state_sum0 = {p: tf.zeros_like(state[p]) for p in float_state}
   state_first0 = {p: s for p, s in state.items() if p not in state_sum0}
   arrays0 = {k: tf.TensorArray(dtype, size=num_tasks, element_shape=[])
              for k in metric_names}
-
-  # The multi-step loss reads every step's fast weights: not staggered.
-  stagger = (bool(staggered) and parallel_iterations > 1
-             and not uses_multi_step_loss(learner))
 
   def body(i, acc, state_sum, state_first, arrays, token):
     grads, result, task_state, token = one_task(i, token if stagger else None)
@@ -447,15 +515,4 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
       (tf.constant(0, tf.int32), acc0, state_sum0, state_first0, arrays0,
        tf.zeros([], tf.float32)),
       parallel_iterations=parallel_iterations)
-  per_task = {k: a.stack() for k, a in arrays.items()}
-  metrics = {k: tf.reduce_mean(v) for k, v in per_task.items()}
-  new_state = dict(state_first)
-  new_state.update({p: s / tf.cast(num_tasks, s.dtype) for p, s in state_sum.items()})
-  new_state = {p: new_state[p] for p in state}
-  grads = [g if c else None for g, c in zip(acc, connected or [True] * len(acc))]
-  n = len(weight_paths)
-  return MetaBatchGradients(
-      loss=metrics["query_loss_after"],
-      weight_grads={p: g if g is not None else tf.zeros_like(weights[p])
-                    for p, g in zip(weight_paths, grads[:n])},
-      variable_grads=grads[n:], metrics=metrics, state=new_state, per_task=per_task)
+  return acc, state_sum, state_first, arrays

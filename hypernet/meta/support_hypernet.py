@@ -24,31 +24,31 @@ class and cancels in the softmax). Meta-training learns the body, the hypernetwo
 ``phi`` and the scale ``s`` through the query loss (the one train loop, as every other
 learner), and the head's initial variables are not used.
 
-The learner has the interface of :class:`hypernet.meta.inner_loop.MAML` (``adapt``,
-``initial_weights``, ``trainable_variables``), so :mod:`hypernet.meta.meta_batch` and
-the train loop run it unchanged (``config.meta.learner = "support_hypernet"``).
+A :class:`hypernet.meta.learner.Learner` (``config.meta.learner = "support_hypernet"``).
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
 
 from hypernet.core import functional
-from hypernet.meta import anil
+from hypernet.meta import anil, rules
+from hypernet.meta import learner as learner_lib
 
 Weights = Dict[str, tf.Tensor]
 
 
-class SupportHypernetwork(anil.ANIL):
+@learner_lib.LEARNERS.register("support_hypernet")
+class SupportHypernetwork(learner_lib.Learner):
   """Classifier head generated per task from the support set's class prototypes.
 
   Args:
     model: the built target network, a ``keras.Sequential`` whose head (``head``
       patterns) is one ``Dense`` layer mapping ``[batch, D]`` features to ``[batch, N]``
-      logits (conv4's ``head``), or give ``body`` / ``head_model`` as :class:`ANIL`.
+      logits (conv4's ``head``), or give ``body`` / ``head_model`` as :class:`~hypernet.meta.anil.ANIL`.
     loss_fn: as :class:`~hypernet.meta.inner_loop.MAML` (the classification loss).
     head: path patterns of the generated head weights (default ``"head/*"``): exactly
       one kernel ``[D, N]`` and one bias ``[N]``.
@@ -59,17 +59,23 @@ class SupportHypernetwork(anil.ANIL):
     inner_lr: their learning rate (float > 0).
     first_order: treat those steps' gradients as constants.
     seed: seed of the hypernetwork's initial weights (Glorot uniform for ``W1``).
-    **kwargs: ``inner_training``, ``body``, ``head_model``, ``name`` as :class:`ANIL`.
+    inner_training, body, head_model, name: as :class:`~hypernet.meta.anil.ANIL`.
 
   Raises:
     ValueError: ``inner_steps`` < 0, ``scale`` <= 0, a bad width, or a head that is not
-      one ``[D, N]`` kernel and one ``[N]`` bias; the errors of :class:`ANIL`.
+      one ``[D, N]`` kernel and one ``[N]`` bias; the split's errors
+      (:class:`~hypernet.meta.anil.HeadSplit`).
   """
+
+  before_metrics = False
+  min_inner_steps = 0
 
   def __init__(self, model: keras.Model, loss_fn, *, head="head/*",
                generator_widths: Sequence[int] = (), scale: float = 2.0,
                inner_steps: int = 0, inner_lr: float = 0.4, first_order: bool = False,
-               seed: int = 0, **kwargs):
+               seed: int = 0, inner_training: Optional[bool] = True,
+               body: Optional[keras.Model] = None, head_model: Optional[keras.Model] = None,
+               name: Optional[str] = None):
     if isinstance(inner_steps, bool) or not isinstance(inner_steps, int) or inner_steps < 0:
       raise ValueError(f"inner_steps must be an int >= 0 for the support-conditioned "
                        f"hypernetwork (0: the generated head as it is), got {inner_steps!r}.")
@@ -79,12 +85,21 @@ class SupportHypernetwork(anil.ANIL):
     widths = tuple(generator_widths)
     if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
       raise ValueError(f"generator_widths must be ints >= 1, got {widths!r}.")
-    # MAML checks second order on the whole target, but only the head is differentiated
-    # twice here (and not at all with inner_steps=0).
-    super().__init__(model, loss_fn, head=head, inner_steps=max(inner_steps, 1),
-                     inner_lr=inner_lr, first_order=True, **kwargs)
+    super().__init__(model, loss_fn, name=name)
     self.inner_steps = inner_steps
+    self.inner_lr = learner_lib.check_positive("inner_lr", inner_lr)
     self.first_order = bool(first_order)
+    self.inner_training = inner_training
+    self.rule = rules.SGD(self.inner_lr)
+    # Only the head is differentiated twice here (and not at all with inner_steps=0):
+    # no second-order check of the whole target.
+    self.adapted_paths = functional.select_paths(model, head, trainable=True)
+    if not self.adapted_paths:
+      raise ValueError(
+          f"adapt={head!r} with exclude=() selects no weight of model "
+          f"{model.name!r}; available: {list(functional.variable_paths(model, True))}")
+    self.split = anil.HeadSplit(model, self.adapted_paths, body, head_model)
+    self._body, self._head = self.split.body, self.split.head  # Checkpointed as before.
     variables = functional.variable_paths(model)
     kernels = [p for p in self.adapted_paths if len(variables[p].shape) == 2]
     biases = [p for p in self.adapted_paths if len(variables[p].shape) == 1]
@@ -99,12 +114,14 @@ class SupportHypernetwork(anil.ANIL):
     if tuple(variables[self.bias_path].shape) != (self.num_ways,):
       raise ValueError(f"Head bias {self.bias_path} has shape "
                        f"{tuple(variables[self.bias_path].shape)}, expected ({self.num_ways},).")
-    dtype = tf.as_dtype(variables[self.kernel_path].dtype)
     self.generator_widths = widths
+    self._make_generator(dim, tf.as_dtype(variables[self.kernel_path].dtype), seed, scale)
+
+  def _make_generator(self, dim: int, dtype, seed: int, scale: float) -> None:
     with self.name_scope:
       self.generator = []  # [(W, b)] per layer of phi; the last one starts at zero
       fan_in = dim
-      for i, width in enumerate(widths):
+      for i, width in enumerate(self.generator_widths):
         init = keras.initializers.GlorotUniform(seed=seed + i)
         self.generator.append((
             tf.Variable(tf.cast(init((fan_in, width)), dtype), name=f"phi{i}_kernel"),
@@ -114,6 +131,25 @@ class SupportHypernetwork(anil.ANIL):
           tf.Variable(tf.zeros([fan_in, dim + 1], dtype), name="phi_out_kernel"),
           tf.Variable(tf.zeros([dim + 1], dtype), name="phi_out_bias")))
       self.log_scale = tf.Variable(tf.constant(math.log(scale), dtype), name="log_scale")
+
+  @property
+  def body(self) -> keras.Model:
+    """The feature extractor."""
+    return self.split.body
+
+  @property
+  def head_model(self) -> keras.Model:
+    """The generated part: features -> outputs."""
+    return self.split.head
+
+  def parameter_counts(self) -> Dict[str, int]:
+    """``{"generator": parameters of phi and the scale}``."""
+    return {"generator": sum(int(math.prod(v.shape)) for v in self.trainable_variables)}
+
+  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+    """``weights`` as tensors plus the head's paths read from their variables (the
+    generated head replaces them in :meth:`adapt`)."""
+    return learner_lib.initial_weights(self._model, weights, self.adapted_paths)
 
   @property
   def untrained_paths(self):
@@ -164,8 +200,31 @@ class SupportHypernetwork(anil.ANIL):
                                                         features.dtype)))
     return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: bias}
 
-  def _initial_head(self, init, features, support_y) -> Weights:
-    """The generated head (:meth:`generate_head`): what ANIL's inner steps start from
-    (``inner_steps`` may be 0: then it is the head used on the query set)."""
-    del init
-    return self.generate_head(features, support_y)
+  def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
+            state: Optional[Weights] = None, **options
+            ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+    """The head generated from the support set's prototypes (:meth:`generate_head`),
+    then ``inner_steps`` SGD steps on it (options as
+    :meth:`hypernet.meta.learner.Learner.adapt`).
+
+    Returns:
+      ``(fast_weights, state)`` keyed by target paths.
+    """
+    init = self.initial_weights(weights)
+    state = dict(state or {})
+    training = options.get("inner_training")
+    training = self.inner_training if training is None else training
+    steps = options.get("inner_steps")
+    steps = self.inner_steps if steps is None else int(steps)
+    features, body_state = self.split.run_body(init, support_x, training, state)
+    fast = dict(init)
+    fast.update(self.generate_head(features, support_y))
+    new_state = dict(state)
+    new_state.update(body_state)
+    if steps:
+      head, head_state = self.split.adapt_head(
+          fast, features, support_y, state, self.loss_fn, rule=self.rule,
+          inner_steps=steps, first_order=self.first_order, training=training)
+      fast.update(head)
+      new_state.update(head_state)
+    return fast, new_state

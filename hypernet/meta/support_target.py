@@ -32,7 +32,6 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.meta import support_hypernet
-from hypernet.numerics import plain_bias
 
 Weights = Dict[str, tf.Tensor]
 
@@ -63,11 +62,11 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
   def __init__(self, model: keras.Model, loss_fn, *, hypernetwork: hn_base.Hypernetwork,
                gate: float = 0.0, **kwargs):
     super().__init__(model, loss_fn, **kwargs)
-    body_paths = set(self._body_paths.values())
+    body_paths = set(self.split.body_paths.values())
     outside = [p for p in hypernetwork.target_spec if p not in body_paths]
     if outside:
       raise ValueError(f"The hypernetwork generates {outside}, which are not weights of "
-                       f"the body {self._body.name!r} (its paths: {sorted(body_paths)}): "
+                       f"the body {self.split.body.name!r} (its paths: {sorted(body_paths)}): "
                        "select body weights only (e.g. 'conv*/kernel').")
     kernel = functional.variable_paths(model)[self.kernel_path]
     dim = int(kernel.shape[0])
@@ -93,16 +92,13 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
     return out
 
   def task_embedding(self, support_x, weights: Optional[Weights] = None,
-                     state: Optional[Weights] = None) -> tf.Tensor:
+                     state: Optional[Weights] = None, inner_training=None) -> tf.Tensor:
     """``z``: the mean body feature of the support set under the initial weights,
-    ``[D]`` in the head's dtype (BatchNorm in ``inner_training`` mode; its state is not
-    kept)."""
+    ``[D]`` in the head's dtype (BatchNorm in ``inner_training`` mode, default the
+    learner's; its state is not kept)."""
     init = self.initial_weights(weights)
-    sub = {s: init[f] for s, f in self._body_paths.items() if f in init}
-    body_state = {s: state[f] for s, f in self._body_paths.items() if state and f in state}
-    features, _ = plain_bias.call(functional.functional_call, self._body, sub, support_x,
-                                  training=self.inner_training, return_state=True,
-                                  state=body_state)
+    training = self.inner_training if inner_training is None else inner_training
+    features, _ = self.split.run_body(init, support_x, training, state or {})
     return tf.reduce_mean(features, axis=0)
 
   def task_weights(self, support_x, weights: Optional[Weights] = None,
@@ -110,12 +106,13 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
     """``{path: w0 + gamma * H(z)}`` for the generated body paths (module doc)."""
     return self._task_weights(support_x, self.initial_weights(weights), state)
 
-  def _task_weights(self, support_x, init: Weights, state: Optional[Weights]) -> Weights:
+  def _task_weights(self, support_x, init: Weights, state: Optional[Weights],
+                    inner_training=None) -> Weights:
     """:meth:`task_weights` from the initial weights ``init`` already read (the adapted
     paths as tensors); generated paths outside them are read from their variables."""
     missing = [p for p in self.generated_body_paths if p not in init]
     variables = functional.variable_paths(self._model) if missing else {}
-    z = self.task_embedding(support_x, init, state)
+    z = self.task_embedding(support_x, init, state, inner_training)
     generated = self.hypernetwork(z)
     out = {}
     for p in self.generated_body_paths:
@@ -124,13 +121,13 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
     return out
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
-            state: Optional[Weights] = None
+            state: Optional[Weights] = None, **options
             ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
     """The task's fast weights: the generated body (:meth:`task_weights`) and the head
     generated from the prototypes of its features (then ``inner_steps`` SGD steps).
 
-    Args and returns as :meth:`hypernet.meta.anil.ANIL.adapt`.
+    Args and returns as :meth:`SupportHypernetwork.adapt`.
     """
     task = self.initial_weights(weights)   # read once: embedding, body and head use it
-    task.update(self._task_weights(support_x, task, state))
-    return super().adapt(support_x, support_y, task, state)
+    task.update(self._task_weights(support_x, task, state, options.get("inner_training")))
+    return super().adapt(support_x, support_y, task, state, **options)

@@ -76,12 +76,10 @@ from hypernet.core import functional
 from hypernet.core.registry import ConfigError
 from hypernet.hypernetworks import source as sources
 from hypernet.tasks import targets, protocol
-from hypernet.numerics import plain_bias
 from hypernet.data import episodes, sinusoid
-from hypernet.meta import (anil, conv4, implicit, inner_loop, meta_batch,
-                           support_hypernet, support_target)
+from hypernet import meta
+from hypernet.meta import conv4, inner_loop, meta_batch, support_hypernet, support_target
 
-LEARNERS = ("maml", "fomaml", "metasgd", "anil", "support_hypernet", "imaml")
 # config.meta.bn_mode (docs/meta_learning_bn.md): batch statistics everywhere; MAML++'s
 # per-step running statistics, used at meta-test; one set of running statistics used at
 # meta-test.
@@ -329,57 +327,79 @@ def _body_hypernetwork(config, target: keras.Model):
                                     condition_dim=dims[0])
 
 
-def make_learner(config, target: keras.Model, loss) -> inner_loop.MAML:
-  """The inner-loop learner named by ``config.meta.learner`` for ``target``.
+def _learner_group(config, cls) -> Dict[str, object]:
+  """The ``config.meta`` fields ``cls``'s constructor takes, by its names: the fields of
+  the same name, and the built-ins' few fields named otherwise in the config
+  (``anil_head`` -> ``head``; ``adapt = ""`` -> ``None``; ``zero_init_head`` ->
+  ``zero_init``; ``recompute_inner_steps`` -> ``recompute``; ``imaml_lambda`` /
+  ``imaml_cg_steps`` -> ``lam`` / ``cg_steps``; ``generator_scale`` -> ``scale``;
+  ``body_gate`` -> ``gate``; ``config.seed`` -> ``seed``)."""
+  mc = config.meta
+  fields = meta.LEARNERS.fields(cls)
+  group = {k: mc[k] for k in fields if k in mc}
+  renamed = dict(
+      head=lambda: str(mc.anil_head), adapt=lambda: str(mc.adapt) or None,
+      zero_init=lambda: str(mc.anil_head) if mc.zero_init_head else (),
+      recompute=lambda: bool(mc.recompute_inner_steps), lam=lambda: float(mc.imaml_lambda),
+      cg_steps=lambda: int(mc.imaml_cg_steps), scale=lambda: float(mc.generator_scale),
+      gate=lambda: float(mc.body_gate), seed=lambda: int(config.seed),
+      inner_lr=lambda: float(mc.inner_lr), inner_steps=lambda: int(mc.inner_steps),
+      generator_widths=lambda: tuple(mc.generator_widths))
+  group.update({k: value() for k, value in renamed.items() if k in fields})
+  if issubclass(cls, inner_loop.FirstOrderMAML):
+    group.pop("first_order", None)  # config.meta.first_order is support_hypernet's.
+  if issubclass(cls, inner_loop.MetaSGD):
+    group.pop("inner_rule", None)  # Its rule is its own (config_lib refuses others).
+  return group
 
-  ``"maml"`` (second order), ``"fomaml"`` (first order), ``"metasgd"`` (learned
-  per-parameter inner learning rates, second order), ``"anil"`` (head only, second
-  order), ``"support_hypernet"`` (the head generated from the support set's class
-  prototypes, then ``inner_steps`` >= 0 SGD steps on it, second order unless
-  ``config.meta.first_order``; :class:`hypernet.meta.support_hypernet.SupportHypernetwork`);
-  ``inner_lr``, ``inner_steps`` and ``adapt`` / ``anil_head`` / ``generator_widths`` /
-  ``generator_scale`` from ``config.meta``; ``config.meta.zero_init_head``: the head
-  (``anil_head`` patterns) starts every task at zero (Kao et al. 2022's zeroing trick).
+
+def make_learner(config, target: keras.Model, loss) -> meta.Learner:
+  """The inner-loop learner named by ``config.meta.learner`` for ``target``, from the
+  learners' registry (:data:`hypernet.meta.LEARNERS`): a built-in name (``"maml"``,
+  ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"imaml"``) or your
+  own :class:`hypernet.meta.Learner` subclass as ``"package.module:Class"``, whose
+  constructor gets ``model``, ``loss_fn`` and the ``config.meta`` fields it names.
+  ``"support_hypernet"`` with ``config.meta.body_hypernet`` is
+  :class:`hypernet.meta.SupportTargetHypernetwork`; ``config.meta.zero_init_head``: the
+  head (``anil_head`` patterns) starts every task at zero (Kao et al. 2022's zeroing
+  trick).
 
   Raises:
-    ValueError: an unknown learner (lists the known ones), or the learner's own errors.
+    ValueError: an unknown learner (lists the known ones), a MAML-only option for
+      another learner, or the learner's own errors.
   """
   mc = config.meta
-  kwargs = dict(inner_lr=float(mc.inner_lr), inner_steps=int(mc.inner_steps))
-  if mc.zero_init_head:
-    if mc.learner == "support_hypernet":
-      raise ValueError("config.meta.zero_init_head=True with learner 'support_hypernet': "
-                       "its head is generated from the support set, not initialised; set "
-                       "zero_init_head=False.")
-    kwargs["zero_init"] = str(mc.anil_head)
-  adapt = str(mc.adapt) or None
-  plus = dict(lslr=bool(mc.get("lslr", False)),
-              multi_step_loss=bool(mc.get("multi_step_loss", False)),
-              recompute=bool(mc.get("recompute_inner_steps", False)))
-  if mc.learner == "maml":
-    return inner_loop.MAML(target, loss, adapt=adapt, **kwargs, **plus)
-  if mc.learner == "fomaml":
-    return inner_loop.FirstOrderMAML(target, loss, adapt=adapt, **kwargs, **plus)
-  if any(plus.values()):
+  cls = meta.LEARNERS.get(mc.learner)
+  if mc.zero_init_head and issubclass(cls, support_hypernet.SupportHypernetwork):
+    raise ValueError("config.meta.zero_init_head=True with learner 'support_hypernet': "
+                     "its head is generated from the support set, not initialised; set "
+                     "zero_init_head=False.")
+  plus = [k for k in ("lslr", "multi_step_loss", "recompute_inner_steps") if mc.get(k, False)]
+  if plus and not issubclass(cls, inner_loop.MAML):
     raise ValueError(f"config.meta.lslr / multi_step_loss / recompute_inner_steps need "
                      f"learner 'maml' or 'fomaml', not {mc.learner!r}; set them to False.")
-  if mc.learner == "imaml":
-    return implicit.ImplicitMAML(target, loss, adapt=adapt, lam=float(mc.imaml_lambda),
-                                 cg_steps=int(mc.imaml_cg_steps), **kwargs)
-  if mc.learner == "metasgd":
-    return inner_loop.MetaSGD(target, loss, adapt=adapt, **kwargs)
-  if mc.learner == "anil":
-    return anil.ANIL(target, loss, head=str(mc.anil_head), **kwargs)
-  if mc.learner == "support_hypernet":
-    head_kwargs = dict(head=str(mc.anil_head), generator_widths=tuple(mc.generator_widths),
-                       scale=float(mc.generator_scale), first_order=bool(mc.first_order),
-                       seed=int(config.seed), **kwargs)
-    if mc.body_hypernet == "none":
-      return support_hypernet.SupportHypernetwork(target, loss, **head_kwargs)
-    return support_target.SupportTargetHypernetwork(
-        target, loss, hypernetwork=_body_hypernetwork(config, target),
-        gate=float(mc.body_gate), **head_kwargs)
-  raise ValueError(f"config.meta.learner={mc.learner!r} is unknown; known: {list(LEARNERS)}.")
+  given = {}
+  if cls is support_hypernet.SupportHypernetwork and mc.body_hypernet != "none":
+    cls = support_target.SupportTargetHypernetwork
+    given["hypernetwork"] = _body_hypernetwork(config, target)
+  return meta.learner.build_learner(cls, _learner_group(config, cls), target, loss, **given)
+
+
+def _check_meta_fields(mc, min_steps: int) -> None:
+  """Raises ValueError (naming the field) for a bad count, ``parallel`` or ``bn_mode``."""
+  for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
+               "eval_episodes", "parallel_iterations"):
+    value = mc[name]
+    least = (min_steps if name == "inner_steps" else 0 if name == "parallel_iterations"
+             else 1)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
+  if mc.parallel not in meta_batch.STRATEGIES:
+    raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
+                     f"{list(meta_batch.STRATEGIES)}.")
+  bn_mode = str(mc.get("bn_mode", "transductive"))
+  if bn_mode not in BN_MODES:
+    raise ValueError(f"config.meta.bn_mode={bn_mode!r}; use one of {list(BN_MODES)}.")
 
 
 @protocol.TASKS.register("few_shot")
@@ -419,27 +439,16 @@ class MetaLearningTask(protocol.Task):
                        f"{list(TASKS)}.")
     self.config = config
     mc = config.meta
-    # The support-conditioned hypernetwork may skip the inner loop (0 inner steps).
-    min_steps = 0 if mc.learner == "support_hypernet" else 1
-    for name in ("num_ways", "num_shots", "num_queries", "eval_queries", "inner_steps",
-                 "eval_episodes", "parallel_iterations"):
-      value = mc[name]
-      least = (min_steps if name == "inner_steps" else 0 if name == "parallel_iterations"
-               else 1)
-      if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ValueError(f"config.meta.{name} must be an int >= {least}, got {value!r}.")
-    if mc.parallel not in meta_batch.STRATEGIES:
-      raise ValueError(f"config.meta.parallel={mc.parallel!r}; use one of "
-                       f"{list(meta_batch.STRATEGIES)}.")
+    learner_cls = meta.LEARNERS.get(mc.learner)
+    # E.g. the support-conditioned hypernetwork may skip the inner loop (0 inner steps).
+    min_steps = learner_cls.min_inner_steps
+    _check_meta_fields(mc, min_steps)
     self.bn_mode = str(mc.get("bn_mode", "transductive"))
-    if self.bn_mode not in BN_MODES:
-      raise ValueError(f"config.meta.bn_mode={self.bn_mode!r}; use one of {list(BN_MODES)}.")
     self.first_order_steps = int(mc.get("first_order_steps", 0))
     self.msl_anneal_steps = int(mc.get("msl_anneal_steps", 1000))
-    # The query set at the initial weights (``*_before``): the support-conditioned
-    # hypernetwork has none worth reporting, since its head is generated per task and the
-    # target's own head variable is never used.
-    self.before_metrics = mc.learner != "support_hypernet"
+    # The query set at the initial weights (``*_before``): none worth reporting where the
+    # head is generated per task (the target's own head variable is never used).
+    self.before_metrics = learner_cls.before_metrics
     self.train_before_metrics = (bool(mc.get("train_before_metrics", False))
                                  and self.before_metrics)
     self.eval_inner_steps = int(mc.eval_inner_steps) or int(mc.inner_steps)
@@ -450,46 +459,9 @@ class MetaLearningTask(protocol.Task):
     self.classification = config.task == "few_shot"
     self.runs = []
     if self.classification:
-      groups = None
-      if data is not None:
-        train_data, test_data = data[:2]
-        groups = data[2] if len(data) > 2 else None
-      else:
-        train_data, test_data, groups = _load_few_shot_data(config)
-      if mc.within_alphabet and groups is None:
-        raise ValueError(
-            "config.meta.within_alphabet=True needs class groups (alphabets): use "
-            f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
-      _check_episodes_fit(config, train_data, test_data)
-      image_shape = train_data.images.shape[1:]
-      self.target = make_meta_target(config, image_shape, head_ways(config))
-      loss = _CLASSIFICATION_LOSS
-      # The episode functions hold the images (8-bit coded where exact); the arrays
-      # loaded here are not kept (on the Omniglot subset: 58 MB less resident memory).
-      self._train_fn = episodes.make_episode_fn(
-          train_data, num_ways=train_ways(config), num_shots=mc.num_shots,
-          num_queries=mc.num_queries, seed=config.seed,
-          class_groups=groups if mc.within_alphabet else None,
-          augment=episodes.few_shot_augment(
-              shift=config.data.augment_shift, rotation=config.data.augment_rotation,
-              scale=config.data.augment_scale, shear=config.data.augment_shear,
-              flip=config.data.augment_flip))
-      self._eval_fn = episodes.make_episode_fn(
-          test_data, num_ways=mc.num_ways, num_shots=mc.num_shots,
-          num_queries=mc.eval_queries, seed=mc.eval_seed)
-      self.num_train_classes = train_data.num_classes
-      self.num_test_classes = test_data.num_classes
-      del train_data, test_data, data
-      if runs is not None or mc.one_shot_runs:
-        self.runs = list(runs) if runs is not None else self._load_runs()
-        self._check_runs(image_shape)
+      loss = self._init_few_shot(config, data, runs)
     else:
-      self.target = make_meta_target(config, (1,), 1)
-      loss = "mse"
-      self._train_fn = sinusoid.make_sinusoid_task_fn(
-          num_support=mc.num_shots, num_query=mc.num_queries, seed=config.seed)
-      self._eval_fn = sinusoid.make_sinusoid_task_fn(
-          num_support=mc.num_shots, num_query=mc.eval_queries, seed=mc.eval_seed)
+      loss = self._init_sinusoid(config)
     self.source = sources.build_weight_source(config, self.target)
     self.learner = make_learner(config, self.target, loss)
     # Tasks in flight in the accumulate loop (config.meta.parallel_iterations, 0: 2).
@@ -497,9 +469,8 @@ class MetaLearningTask(protocol.Task):
     # one query pass at a time, beside the previous task's second-order pass, so memory
     # stays near one task's.
     self.tasks_in_flight = int(mc.parallel_iterations) or 2
-    self.staggered = bool(mc.get("staggered", True)) and not getattr(
-        self.learner, "first_order", False)
-    self.inner_lr_names = [f"inner_lr/{p}" for p in getattr(self.learner, "inner_lrs", {})]
+    self.staggered = bool(mc.get("staggered", True)) and not self.learner.first_order
+    self.inner_lr_names = [f"inner_lr/{p}" for p in self.learner.inner_lrs]
     base = ["loss", "accuracy", "loss_before", "accuracy_before"] if self.classification \
         else ["loss", "loss_before"]
     self.metric_names: List[str] = [n for n in base if self.before_metrics or
@@ -507,6 +478,53 @@ class MetaLearningTask(protocol.Task):
     # Training logs the _before metrics only with config.meta.train_before_metrics.
     self.train_metric_names: List[str] = [
         n for n in self.metric_names if self.train_before_metrics or "_before" not in n]
+
+  def _init_few_shot(self, config, data, runs) -> str:
+    """Few-shot episodes, target and one-shot runs; returns the loss's name."""
+    mc = config.meta
+    groups = None
+    if data is not None:
+      train_data, test_data = data[:2]
+      groups = data[2] if len(data) > 2 else None
+    else:
+      train_data, test_data, groups = _load_few_shot_data(config)
+    if mc.within_alphabet and groups is None:
+      raise ValueError(
+          "config.meta.within_alphabet=True needs class groups (alphabets): use "
+          f"config.data.name='omniglot' (got {config.data.name!r}) or set it to False.")
+    _check_episodes_fit(config, train_data, test_data)
+    image_shape = train_data.images.shape[1:]
+    self.target = make_meta_target(config, image_shape, head_ways(config))
+    # The episode functions hold the images (8-bit coded where exact); the arrays
+    # loaded here are not kept (on the Omniglot subset: 58 MB less resident memory).
+    self._train_fn = episodes.make_episode_fn(
+        train_data, num_ways=train_ways(config), num_shots=mc.num_shots,
+        num_queries=mc.num_queries, seed=config.seed,
+        class_groups=groups if mc.within_alphabet else None,
+        augment=episodes.few_shot_augment(
+            shift=config.data.augment_shift, rotation=config.data.augment_rotation,
+            scale=config.data.augment_scale, shear=config.data.augment_shear,
+            flip=config.data.augment_flip))
+    self._eval_fn = episodes.make_episode_fn(
+        test_data, num_ways=mc.num_ways, num_shots=mc.num_shots,
+        num_queries=mc.eval_queries, seed=mc.eval_seed)
+    self.num_train_classes = train_data.num_classes
+    self.num_test_classes = test_data.num_classes
+    del train_data, test_data, data
+    if runs is not None or mc.one_shot_runs:
+      self.runs = list(runs) if runs is not None else self._load_runs()
+      self._check_runs(image_shape)
+    return _CLASSIFICATION_LOSS
+
+  def _init_sinusoid(self, config) -> str:
+    """Sinusoid tasks and the MLP target; returns the loss's name."""
+    mc = config.meta
+    self.target = make_meta_target(config, (1,), 1)
+    self._train_fn = sinusoid.make_sinusoid_task_fn(
+        num_support=mc.num_shots, num_query=mc.num_queries, seed=config.seed)
+    self._eval_fn = sinusoid.make_sinusoid_task_fn(
+        num_support=mc.num_shots, num_query=mc.eval_queries, seed=mc.eval_seed)
+    return "mse"
 
   # -- data ---------------------------------------------------------------------------
   def _load_runs(self):
@@ -566,13 +584,13 @@ class MetaLearningTask(protocol.Task):
   def trackables(self) -> Dict[str, object]:
     return dict(self.source.trackables(), learner=self.learner)
 
-  def _meta_batch(self, batch, before_metrics=True, query_training=True):
+  def _meta_batch(self, batch, before_metrics=True, query_training=True, **kwargs):
     tasks = {k: batch[k] for k in meta_batch.BATCH_KEYS}
     parallel = self.config.meta.parallel
     return meta_batch.meta_batch_loss(
         self.learner, tasks, weights=self.source.weights() or None,
         parallel="map_fn" if parallel == "accumulate" else parallel,
-        before_metrics=before_metrics, query_training=query_training)
+        before_metrics=before_metrics, query_training=query_training, **kwargs)
 
   # -- phases (the Trainer traces one step function per phase) ------------------------
   def phase_boundaries(self):
@@ -599,31 +617,26 @@ class MetaLearningTask(protocol.Task):
     finally:
       self._phase = None
 
-  @contextlib.contextmanager
-  def _schedules(self, batch, global_batch_size):
-    """While a training step is traced: MAML++'s schedules over meta-steps (the meta-step
-    from the tasks' global indices): derivative-order annealing (first order for the
-    first ``config.meta.first_order_steps``) and the multi-step loss's weights."""
+  def _schedule(self, batch, global_batch_size) -> Dict[str, object]:
+    """MAML++'s schedules over meta-steps for a training step (the meta-step from the
+    tasks' global indices), as :mod:`hypernet.meta.meta_batch` arguments: derivative-order
+    annealing (``adapt_options["first_order"]``: first order for the first
+    ``config.meta.first_order_steps``) and the multi-step loss's ``msl_weights``."""
     learner = self.learner
-    uses_schedule = self.first_order_steps or getattr(learner, "multi_step_loss", False)
-    if not uses_schedule or "task_index" not in batch:
-      yield
-      return
+    if not (self.first_order_steps or learner.multi_step_loss) or "task_index" not in batch:
+      return {}
     step = tf.cast(batch["task_index"][0], tf.int64) // global_batch_size
+    out = {}
     if self.first_order_steps:
       phase = getattr(self, "_phase", None)
       # Traced per phase by the Trainer: a Python bool; elsewhere (hn.keras, one traced
       # step for the whole run) the step decides in the graph.
-      learner.first_order_now = (phase == "first_order" if phase is not None
-                                 else step < self.first_order_steps)
-    if getattr(learner, "multi_step_loss", False):
-      learner.msl_weights = inner_loop.msl_weights(step, self.msl_anneal_steps,
-                                                   learner.inner_steps)
-    try:
-      yield
-    finally:
-      learner.first_order_now = None
-      learner.msl_weights = None
+      out["adapt_options"] = {"first_order": (phase == "first_order" if phase is not None
+                                              else step < self.first_order_steps)}
+    if learner.multi_step_loss:
+      out["msl_weights"] = inner_loop.msl_weights(step, self.msl_anneal_steps,
+                                                  learner.inner_steps)
+    return out
 
   def _train_sums(self, per_task):
     """``{name: (sum, count)}`` of the training metrics from ``[t]`` per-task values."""
@@ -645,8 +658,8 @@ class MetaLearningTask(protocol.Task):
     """This replica's share of the mean post-adaptation query loss over the global
     meta-batch (differentiable: one tape over all the replica's tasks), metric sums and
     the new BatchNorm state. Training itself uses :meth:`train_gradients`."""
-    with self._schedules(batch, global_batch_size):
-      result = self._meta_batch(batch, before_metrics=self.train_before_metrics)
+    result = self._meta_batch(batch, before_metrics=self.train_before_metrics,
+                              **self._schedule(batch, global_batch_size))
     after = result.per_task.get("msl_objective", result.per_task["query_loss_after"])
     loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
     return loss, self._train_sums(result.per_task), result.state
@@ -683,12 +696,10 @@ class MetaLearningTask(protocol.Task):
     task_weight = tf.constant(1.0 / global_batch_size, tf.float32)
     if scale_loss is not None:
       task_weight = scale_loss(task_weight)
-    with self._schedules(batch, global_batch_size):
-      result = meta_batch.meta_batch_gradients(
-          self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
-          before_metrics=self.train_before_metrics,
-          parallel_iterations=self.tasks_in_flight,
-          staggered=self.staggered)
+    result = meta_batch.meta_batch_gradients(
+        self.learner, tasks, variables, weights=weights or None, task_weight=task_weight,
+        before_metrics=self.train_before_metrics, parallel_iterations=self.tasks_in_flight,
+        staggered=self.staggered, **self._schedule(batch, global_batch_size))
     grads = list(result.variable_grads)
     if weights:
       paths = list(weights)
@@ -737,20 +748,18 @@ class MetaLearningTask(protocol.Task):
     sums.update(sweep)
     return sums
 
+  def _eval_options(self, inner_steps: int) -> Dict[str, object]:
+    """The learner's options at meta-test time: ``inner_steps``, and
+    ``config.meta.bn_mode``'s BatchNorm mode (running statistics, per step or not, else
+    the batch statistics of each support and query set: transductive)."""
+    return {"inner_steps": inner_steps, "inner_training": self.bn_mode == "transductive"}
+
   def _adapted_meta_batch(self, batch, inner_steps: int, before_metrics: bool = True):
-    """:meth:`_meta_batch` with the learner's ``inner_steps`` set while tracing."""
-    learner = self.learner
-    steps, learner.inner_steps = learner.inner_steps, inner_steps
-    # config.meta.bn_mode: running statistics (per step or not) at meta-test, else the
-    # batch statistics of each support and query set (transductive).
-    training = self.bn_mode == "transductive"
-    inner_training, learner.inner_training = learner.inner_training, training
-    try:  # Python attribute read while tracing: the graph has ``inner_steps`` steps.
-      return self._meta_batch(batch, before_metrics=before_metrics,
-                              query_training=training)
-    finally:
-      learner.inner_steps = steps
-      learner.inner_training = inner_training
+    """:meth:`_meta_batch` with ``inner_steps`` inner steps (the graph has that many)."""
+    options = self._eval_options(inner_steps)
+    return self._meta_batch(batch, before_metrics=before_metrics,
+                            query_training=options["inner_training"],
+                            adapt_options=options)
 
   def apply_state(self, state):
     """Writes the new BatchNorm state ``{path: tensor}`` (empty: nothing to write)."""
@@ -762,11 +771,9 @@ class MetaLearningTask(protocol.Task):
     the weight source, Meta-SGD's ``inner_lrs``, the support-conditioned ``generator``."""
     counts = dict(self.source.parameter_counts())
     size = lambda variables: sum(int(np.prod(v.shape)) for v in variables)
-    rates = size(getattr(self.learner, "inner_lrs", {}).values())
     counts["trainable"] = size(self.trainable_variables)
-    counts["inner_lrs"] = rates
-    if hasattr(self.learner, "generator"):  # The support-conditioned hypernetwork.
-      counts["generator"] = size(self.learner.trainable_variables)
+    counts["inner_lrs"] = size(self.learner.inner_lrs.values())
+    counts.update(self.learner.parameter_counts())
     return counts
 
   # -- evaluation outside the loop ----------------------------------------------------
@@ -785,20 +792,15 @@ class MetaLearningTask(protocol.Task):
     learner = self.learner
 
     def classify(support_x, query_x):
-      steps, learner.inner_steps = learner.inner_steps, self.eval_inner_steps
-      training = self.bn_mode == "transductive"
-      inner_training, learner.inner_training = learner.inner_training, training
-      try:
-        weights = learner.initial_weights(self.source.weights() or None)
-        state = {p: tf.convert_to_tensor(v.value) for p, v in
-                 functional.variable_paths(self.target, trainable=False).items()}
-        fast, state = learner.adapt(support_x, tf.range(len(support_x), dtype=tf.int32),
-                                    weights=weights, state=state)
-      finally:
-        learner.inner_steps = steps
-        learner.inner_training = inner_training
-      logits = plain_bias.call(functional.functional_call, self.target, fast, query_x,
-                               training=training, state=state)
+      options = self._eval_options(self.eval_inner_steps)
+      weights = learner.initial_weights(self.source.weights() or None)
+      state = {p: tf.convert_to_tensor(v.value) for p, v in
+               functional.variable_paths(self.target, trainable=False).items()}
+      fast, state = learner.adapt(support_x, tf.range(len(support_x), dtype=tf.int32),
+                                  weights=weights, state=state, **options)
+      logits = functional.functional_call(self.target, fast, query_x,
+                                training=options["inner_training"], state=state,
+                                    accelerate="meta")
       return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
 
     return omniglot.one_shot_error_rate(classify, self.runs)

@@ -25,7 +25,7 @@ from hypernet.training import actions, distribute
 from hypernet.tasks import objectives, classification, protocol
 from hypernet.hypernetworks import source as sources
 from hypernet.training.workdir import Workdir
-from hypernet.numerics import devices, norm_relu_pool, second_order
+from hypernet.numerics import accel, devices, second_order
 
 # Re-exported: the outer loop's parts that callers reach through this module.
 NonFiniteLossError = actions.NonFiniteLossError
@@ -320,7 +320,7 @@ class Trainer:
 
   def _kernels(self):
     """The block in which a replica function is traced: fused blocks on or off."""
-    return contextlib.nullcontext() if self.fused_blocks else norm_relu_pool.disabled()
+    return contextlib.nullcontext() if self.fused_blocks else accel.disabled("fused_blocks")
 
   def _eval_sums(self, batch):
     with self._kernels():
