@@ -16,13 +16,15 @@ command-line entry points print their first line before that import).
 
 Layers of the package (a module imports only from its own layer or lower ones):
 
-* ``hypernet.numerics`` - exact second-order moments, fused kernels and their C++;
-* ``hypernet.core`` - the functional call, value overrides, weight roles;
+* ``hypernet.numerics`` - exact second-order moments, fused kernels, the acceleration policy;
+* ``hypernet.core`` - the functional call, the weight source protocol, registries;
 * ``hypernet.data`` - loaders and step-indexed ``tf.data`` pipelines;
+* ``hypernet.config_lib`` - the config schema, assembled from the registries;
 * ``hypernet.hypernetworks``, ``hypernet.meta``, ``hypernet.continual`` - weight sources;
 * ``hypernet.keras`` - ``keras.Model`` s over them for ``compile()`` / ``fit()``;
-* ``hypernet.training`` - the one training loop, tasks, checkpoints, summaries,
-  distribution, configs, command line;
+* ``hypernet.tasks`` - what the loop trains (the task protocol and the built-in tasks);
+* ``hypernet.training`` - the one training loop, its actions, checkpoints, summaries,
+  distribution, command line;
 * ``hypernet.train``, ``hypernet.evaluate`` - the entry points.
 """
 import importlib as _importlib
@@ -72,6 +74,7 @@ _EXPORTS = {
     "meta": "hypernet.meta",
     "continual": "hypernet.continual",
     "keras": "hypernet.keras",
+    "tasks": "hypernet.tasks",
     "training": "hypernet.training",
 }
 

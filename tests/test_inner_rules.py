@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.meta import inner_loop, learner as learner_lib, meta_batch, rules
-from hypernet.training import config_lib
+from hypernet import config_lib
 
 
 def mse(y, out):
@@ -236,7 +236,7 @@ def test_every_registered_learner_builds_through_keras_and_the_config():
   """No drift: each registry entry is reachable from hn.keras.MetaModel (by name and by
   class) and from the train loop's make_learner."""
   import hypernet as hn
-  from hypernet.training import meta_tasks
+  from hypernet.tasks import meta_learning
   for name, cls in learner_lib.LEARNERS.items():
     target = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="body"),
                                keras.layers.Dense(2, name="head")])
@@ -246,4 +246,4 @@ def test_every_registered_learner_builds_through_keras_and_the_config():
       assert model.get_config()["learner"] == name
     config = config_lib.base_config()
     config.meta.learner = name
-    assert type(meta_tasks.make_learner(config, target, "mse")) is cls
+    assert type(meta_learning.make_learner(config, target, "mse")) is cls

@@ -56,8 +56,8 @@ class PerLayerMAML(hn.meta.Learner):
       with tf.GradientTape() as tape:
         tape.watch(params)
         outputs, state = hn.functional_call(self.model, fast, support_x,
-                                             training=training, return_state=True,
-                                             state=state, accelerate="meta")
+                                            training=training, return_state=True,
+                                            state=state, accelerate="meta")
         loss = self.loss_fn(support_y, outputs)
       grads = tape.gradient(loss, params)
       for p, g in zip(self.paths, grads):

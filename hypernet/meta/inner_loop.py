@@ -203,7 +203,7 @@ def _support_gradients(model, loss_fn, call_weights, adapted, support_x, support
     tape.watch(params)
     outputs, new_state = functional.functional_call(
         model, call_weights, support_x, training=training, return_state=True, state=state,
-            accelerate="meta")
+        accelerate="meta")
     loss = loss_fn(support_y, outputs)
   grads = tape.gradient(loss, params)
   # IndexedSlices (Embedding, any gather) -> dense: unsorted_segment_sum of the slices,

@@ -257,7 +257,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     adapted_state = task_state
     out_after, task_state = functional.functional_call(
         model, steps[-1], qx, training=query_training, return_state=True, state=task_state,
-            accelerate="meta")
+        accelerate="meta")
     loss_after = loss_fn(qy, out_after)
     result = _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init,
                             state, query_training, before_metrics, accuracy, loss_dtype)
@@ -417,10 +417,9 @@ class _TaskGradients:
   def query_pass(self, steps, qx, qy, query_state):
     """``(outputs, state, loss, scaled objective)`` of the query set at ``steps[-1]``."""
     learner = self.learner
-    out, new_state = functional.functional_call(learner.model, steps[-1], qx,
-                                             training=self.query_training,
-                                             return_state=True, state=query_state,
-                                                 accelerate="meta")
+    out, new_state = functional.functional_call(
+        learner.model, steps[-1], qx, training=self.query_training, return_state=True,
+        state=query_state, accelerate="meta")
     loss = learner.loss_fn(qy, out)
     objective = _objective(learner, learner.model, steps, qx, qy, query_state, loss,
                            self.query_training, self.msl_weights)

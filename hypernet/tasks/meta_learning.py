@@ -799,8 +799,8 @@ class MetaLearningTask(protocol.Task):
       fast, state = learner.adapt(support_x, tf.range(len(support_x), dtype=tf.int32),
                                   weights=weights, state=state, **options)
       logits = functional.functional_call(self.target, fast, query_x,
-                                training=options["inner_training"], state=state,
-                                    accelerate="meta")
+                                          training=options["inner_training"], state=state,
+                                          accelerate="meta")
       return np.argmax(logits.numpy(), axis=-1).astype(np.int32)
 
     return omniglot.one_shot_error_rate(classify, self.runs)

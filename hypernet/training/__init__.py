@@ -1,10 +1,6 @@
-"""The training loop and everything it runs: :mod:`.loop` (``train_and_evaluate``, the
-``Trainer``), its periodic actions (:mod:`.actions`), the workdir layout (:mod:`.workdir`),
-the task protocol (:mod:`.task_protocol`) and tasks (:mod:`.tasks`, :mod:`.meta_tasks`,
-:mod:`.continual_tasks`), targets built from a config (:mod:`.models`; weight sources:
-:mod:`hypernet.hypernetworks.source`), objectives,
-checkpoints, summaries, distribution, the config schema (:mod:`.config_lib`), the command
-line (:mod:`.cli`, TensorFlow-free at import) and export. The top layer below the entry
-points ``hypernet.train`` and ``hypernet.evaluate``.
+"""The training loop (:mod:`.loop`: ``train_and_evaluate``, the ``Trainer``) and what runs
+around it: periodic actions (:mod:`.actions`), the workdir layout (:mod:`.workdir`),
+checkpoints, summaries, the distribution runtime, the command line (:mod:`.cli`,
+TensorFlow-free at import) and export. What it trains is in :mod:`hypernet.tasks`.
 
 This ``__init__`` imports nothing, so that the command line stays TensorFlow-free."""
