@@ -313,3 +313,23 @@ def test_the_config_check_asks_the_chosen_kind_which_weights_it_can_generate(tmp
     source.check_target_patterns(c, _target())
   c.hypernet.kind = "mlp"   # The default hook accepts any weight.
   source.check_target_patterns(c, _target())
+
+
+def test_every_task_is_registered_declared_and_run_by_a_committed_config():
+  """No drift for tasks: the registry (imported), the schema's choices (read from source,
+  TensorFlow-free) and build_task agree, and every registered task is what some
+  committed config runs (each config has a smoke test: tests/test_hypernet_train.py,
+  test_meta_tasks.py, test_continual.py)."""
+  from hypernet import tasks  # pylint: disable=import-outside-toplevel
+  names = tasks.TASKS.names()
+  assert names == config_lib.TASKS.declared_names() == config_lib.CHOICES["task"]
+  for name, cls in tasks.TASKS.items():
+    assert issubclass(cls, tasks.Task) and not tasks.protocol.missing_members(cls), name
+  configs = os.path.join(REPO, "configs")
+  run = {config_lib.load_config_file(os.path.join(configs, f)).task
+         for f in os.listdir(configs) if f.endswith(".py")}
+  assert set(names) <= run, f"no committed config runs {sorted(set(names) - run)}"
+  with pytest.raises(ValueError, match=r"config.task='nope' is not a known task; known: "):
+    c = config_lib.base_config()
+    c.task = "nope"
+    tasks.build_task(c)
