@@ -3,7 +3,8 @@ Appendix A.1): 20-way 1-shot, inner learning rate 0.1, 5 inner steps in meta-tra
 (and 10 at meta-test), meta-batch 16, conv4 with 64 filters; scored on the official
 one-shot runs like configs/omniglot_20way.py, meta-trained within alphabets as the runs
 are (``meta.within_alphabet``), with the head starting every task at zero (Kao et al.
-2022's zeroing trick, ``meta.zero_init_head``: experiments/RESULTS_meta.md shows why).
+2022's zeroing trick, ``meta.zero_init = "head/*"``: experiments/RESULTS_meta.md shows
+why).
 
 Not run to the end on 2 CPU cores: five second-order inner steps over 16 tasks of 20
 classes per meta-step are far beyond the 90-minute budget there; the measured learner
@@ -23,6 +24,6 @@ def get_config():
   c.meta.inner_steps = 5
   c.meta.eval_inner_steps = 10
   c.meta.within_alphabet = True
-  c.meta.zero_init_head = True
+  c.meta.zero_init = "head/*"  # the head's patterns (config.meta.head)
   c.batch_size = 16
   return c

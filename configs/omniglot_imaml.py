@@ -1,9 +1,9 @@
 """Implicit MAML (Rajeswaran, Finn, Kakade, Levine 2019), Omniglot 5-way 1-shot, conv4.
 
 The inner problem is proximal-regularised, ``min_phi L_support(phi) + lambda/2
-||phi - theta||^2``, solved by gradient descent (``meta.inner_steps`` steps of
-``meta.inner_lr``); the meta-gradient is ``(I + H/lambda)^-1`` times the query gradient
-by ``meta.imaml_cg_steps`` conjugate-gradient iterations on Hessian-vector products
+||phi - theta||^2`` (lambda: ``meta.proximal_lambda``), solved by gradient descent
+(``meta.inner_steps`` steps of ``meta.inner_lr``); the meta-gradient is ``(I + H/lambda)^-1`` times the query gradient
+by ``meta.cg_steps`` conjugate-gradient iterations on Hessian-vector products
 (hypernet/meta/implicit.py): its memory does not grow with the inner steps. Here
 lambda = 2, 5 CG steps and 16 inner steps of 0.1: a starting point, not tuned (Rajeswaran
 et al. tune lambda per benchmark; their Omniglot runs use 5 CG steps).
@@ -27,8 +27,8 @@ def get_config():
   c.meta.inner_lr = 0.1
   c.meta.inner_steps = 16
   c.meta.eval_inner_steps = 16
-  c.meta.imaml_lambda = 2.0
-  c.meta.imaml_cg_steps = 5
+  c.meta.proximal_lambda = 2.0
+  c.meta.cg_steps = 5
   c.batch_size = 8
   c.num_steps = 1500  # ~30 min on 2 CPU cores
   c.eval_every = 250

@@ -10,7 +10,7 @@ order annealing (``meta.first_order_steps``: first order, then second), cosine a
 of the meta learning rate (``optim.schedule="cosine"``). Five inner steps of 0.1 in
 meta-training and at meta-test, as the paper; BatchNorm weights are not adapted in the
 inner loop (the paper's setting), the convolutions and the head are. Second order with
-the inner steps recomputed in the backward pass (``meta.recompute_inner_steps``: the same
+the inner steps recomputed in the backward pass (``meta.recompute``: the same
 meta-gradient, memory of one inner step).
 
 Data defaults: the two background subsets of the Omniglot repository
@@ -44,7 +44,7 @@ def get_config():
   c.meta.multi_step_loss = True
   c.meta.msl_anneal_steps = 300
   c.meta.first_order_steps = 300
-  c.meta.recompute_inner_steps = True
+  c.meta.recompute = True
   c.batch_size = 8  # the paper: 16 (twice the time per step)
   c.num_steps = 1000  # ~35 min on 2 CPU cores; the paper trains far longer
   c.eval_every = 250

@@ -23,7 +23,7 @@ def get_config():
   c = config_lib.sibling_config(__file__, "omniglot_support_hypernet")
   c.meta.body_hypernet = "chunked"
   c.meta.body_targets = "conv*/kernel"
-  c.meta.body_gate = 0.0
+  c.meta.gate = 0.0
   c.hypernet.chunk_size = 1024
   c.hypernet.chunk_emb_dim = 32
   c.hypernet.hidden = (64,)

@@ -24,26 +24,37 @@ from hypernet.data.base import DATASETS   # TensorFlow-free: read with DATASETS.
 # names: group -> (the field that selects the class, the registry). Read from the source
 # (Registry.declared, no import), so validation stays TensorFlow-free. The group's defaults
 # are its builder's own fields (_BUILDER_FIELDS) plus the union of every entry's
-# constructor arguments; the fields a run uses are the selected entry's.
-# Hook for the learners: once hypernet/meta/learner.py registers them in LEARNERS, add
-#   "meta": ("learner", Registry("learner", "config.meta.learner", "hypernet.meta", ...)),
-# and move the learners' own fields out of _meta_defaults (the episode fields stay).
+# constructor arguments; the fields a run uses are the selected entry's. config.meta: the
+# learners' (hypernet/meta/, @LEARNERS.register) besides the meta-learning task's own
+# episode fields (_meta_defaults).
+LEARNERS = Registry("learner", "config.meta.learner", "hypernet.meta",
+                    base="hypernet.meta.learner:Learner")
 SELECTED_GROUPS = {
     "hypernet": ("kind", Registry("hypernetwork kind", "config.hypernet.kind",
                                   "hypernet.hypernetworks",
                                   base="hypernet.hypernetworks.base:Hypernetwork")),
+    "meta": ("learner", LEARNERS),
 }
-# The built-in learners (hypernet/meta/, @LEARNERS.register) and tasks (hypernet/tasks/,
-# @TASKS.register), read from source like the kinds.
-LEARNERS = Registry("learner", "config.meta.learner", "hypernet.meta",
-                    base="hypernet.meta.learner:Learner")
+# The built-in tasks (hypernet/tasks/, @TASKS.register), read from source like the kinds.
 TASKS = Registry("task", "config.task", "hypernet.tasks", base="hypernet.tasks.protocol:Task")
 # Where the entries' constructor defaults differ, or the config starts elsewhere: the
 # config's default (tests/test_registries.py checks every disagreement is listed here).
-_GROUP_DEFAULTS = {"hypernet": {"hidden": (64,), "condition_dim": 8}}
+# meta: adapt "" (every trainable weight) and zero_init "" (none) are the constructors'
+# None and () as strings of patterns; support_hypernet's constructor defaults to 0 inner
+# steps and no hidden generator layer, the config to one step and the experiments' layer.
+_GROUP_DEFAULTS = {"hypernet": {"hidden": (64,), "condition_dim": 8},
+                   "meta": {"adapt": "", "zero_init": "", "inner_steps": 1,
+                            "generator_widths": (64,)}}
+# config.meta's learner fields: every built-in learner's constructor fields, by default.
+_LEARNER_DEFAULTS = LEARNERS.declared_defaults(_GROUP_DEFAULTS["meta"])
 # A group's fields that its builder reads, not the selected class's constructor
 # (hypernet/hypernetworks/source.py: build_weight_source, HypernetworkSource).
 _BUILDER_FIELDS = {"hypernet": ("kind", "targets", "train_rest", "quantize", "quantize_targets")}
+# Fields renamed to the constructors' names: an old name gets "Did you mean" the new one.
+RENAMED = {"meta": {"anil_head": "head", "zero_init_head": "zero_init",
+                    "recompute_inner_steps": "recompute", "imaml_lambda": "proximal_lambda",
+                    "imaml_cg_steps": "cg_steps", "generator_scale": "scale",
+                    "body_gate": "gate"}}
 HYPERNET_KINDS = SELECTED_GROUPS["hypernet"][1]
 
 _POSITIVE_INTS = ("num_steps", "batch_size", "eval_batch_size", "log_every",
@@ -152,7 +163,8 @@ def _add_plugin_fields(config, schema) -> None:
 def _check_schema(config, schema, prefix: str) -> None:
   for key in config.keys():
     if key not in schema:
-      close = difflib.get_close_matches(key, list(schema.keys()), n=1)
+      close = ([RENAMED[prefix[:-1]][key]] if key in RENAMED.get(prefix[:-1], {}) else
+               difflib.get_close_matches(key, list(schema.keys()), n=1))
       hint = f" Did you mean config.{prefix}{close[0]}?" if close else ""
       group = prefix[:-1]
       where = (f"an argument of the constructor config.{group}.{SELECTED_GROUPS[group][0]} "
@@ -346,6 +358,7 @@ def _check_meta(config) -> None:
         "config.meta.train_before_metrics=True with config.meta.learner='support_hypernet': "
         "its head is generated per task, so there is no 'before' to log; set it to False.")
   _check_meta_algorithms(config)
+  check_learner_fields(config)
   if config.task != "few_shot" or config.data.name != "omniglot":
     return
   needed = mc.num_shots + max(mc.num_queries, mc.eval_queries)
@@ -360,18 +373,15 @@ def _check_meta(config) -> None:
 
 
 def _check_meta_algorithms(config) -> None:
-  """iMAML, recomputed inner steps, MAML++ parts and BatchNorm modes (issue 30)."""
+  """Recomputed inner steps, MAML++ parts and BatchNorm modes (issue 30); a learner's
+  own ranges (proximal_lambda, cg_steps, scale, ...) are checked by its constructor,
+  naming the same field."""
   mc = config.meta
-  if mc.learner == "imaml":
-    if not _finite(mc.imaml_lambda) or mc.imaml_lambda <= 0:
-      raise ConfigError(f"config.meta.imaml_lambda must be a positive number (the proximal "
-                        f"regularisation), got {mc.imaml_lambda!r}.")
-    _positive_ints(config, "meta", ("imaml_cg_steps",))
   _positive_ints(config, "meta", ("msl_anneal_steps",))
   _positive_ints(config, "meta", ("first_order_steps",), 0, " (0: second order throughout.)")
   plain = mc.learner in ("maml", "fomaml")
   _check_inner_rule(config)
-  for name in ("lslr", "multi_step_loss", "recompute_inner_steps"):
+  for name in ("lslr", "multi_step_loss", "recompute"):
     if mc[name] and not plain:
       raise ConfigError(f"config.meta.{name}=True needs config.meta.learner 'maml' or "
                         f"'fomaml' (got {mc.learner!r}); set it to False.")
@@ -399,6 +409,23 @@ def _check_meta_algorithms(config) -> None:
                       "bn_mode='transductive' or 'inference' otherwise.")
 
 
+def check_learner_fields(config) -> None:
+  """Refuses a learner field (another learner's constructor argument) set away from its
+  default that ``config.meta.learner`` does not read: it would be silently ignored.
+
+  Raises:
+    ConfigError: naming the field, the learner's own fields and the default.
+  """
+  mc = config.meta
+  own = _selected_fields("meta", mc.learner)
+  for name, default in _LEARNER_DEFAULTS.items():
+    value = tuple(mc[name]) if isinstance(mc[name], list) else mc[name]
+    if name not in own and value != default:
+      raise ConfigError(f"config.meta.{name}={mc[name]!r} is not read by learner "
+                        f"{mc.learner!r} (its fields: {sorted(own)}); set it back to "
+                        f"{default!r}.")
+
+
 def _check_inner_rule(config) -> None:
   """``config.meta.inner_rule`` and its hyperparameters (hypernet/meta/rules.py)."""
   mc = config.meta
@@ -411,9 +438,9 @@ def _check_inner_rule(config) -> None:
   if mc.learner not in ("maml", "fomaml", "anil") and ":" not in str(mc.learner):
     raise ConfigError(f"config.meta.inner_rule={rule!r} needs config.meta.learner 'maml', "
                       f"'fomaml' or 'anil' (got {mc.learner!r}); set inner_rule='sgd'.")
-  if mc.lslr or mc.recompute_inner_steps:
+  if mc.lslr or mc.recompute:
     raise ConfigError(f"config.meta.inner_rule={rule!r} keeps state across inner steps; "
-                      "config.meta.lslr and recompute_inner_steps need inner_rule='sgd'.")
+                      "config.meta.lslr and recompute need inner_rule='sgd'.")
   for name in ("inner_momentum", "inner_beta1", "inner_beta2"):
     if not _finite(mc[name]) or not 0 <= mc[name] < 1:
       raise ConfigError(f"config.meta.{name} must be a number in [0, 1), got {mc[name]!r}.")
@@ -496,25 +523,7 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
   group, _, name = field.partition(".")
   meta = config.task in ("few_shot", "sinusoid")
   if group == "meta":
-    if not meta:
-      return False
-    if config.task == "sinusoid":
-      return name not in ("num_ways", "anil_head", "one_shot_runs", "eval_queries",
-                          "within_alphabet", "train_ways")
-    if name in ("generator_widths", "generator_scale", "first_order", "body_hypernet",
-                "train_ways"):
-      return config.meta.learner == "support_hypernet"
-    if name in ("body_targets", "body_gate"):
-      return config.meta.learner == "support_hypernet" and config.meta.body_hypernet != "none"
-    if name in ("imaml_lambda", "imaml_cg_steps"):
-      return config.meta.learner == "imaml"
-    if name == "msl_anneal_steps":
-      return bool(config.meta.multi_step_loss)
-    if name == "zero_init_head":
-      return config.meta.learner != "support_hypernet"
-    return name != "mlp_widths" and (
-        name != "anil_head" or config.meta.learner in ("anil", "support_hypernet")
-        or config.meta.zero_init_head)
+    return meta and _meta_field_used(config, name)
   if group == "multitask":
     return config.task == "multitask_classification"
   if group == "continual":
@@ -562,6 +571,31 @@ def _selected_fields(group: str, value) -> Dict[str, Any]:
     return SELECTED_GROUPS[group][1].declared_fields(value)
   except ValueError:
     return {}
+
+
+# The meta-learning task's own fields that few-shot classification alone reads.
+_FEW_SHOT_FIELDS = ("num_ways", "one_shot_runs", "eval_queries", "within_alphabet",
+                    "train_ways", "body_hypernet", "body_targets", "gate")
+
+
+def _meta_field_used(config, name: str) -> bool:
+  """Whether the meta-learning run reads ``config.meta.<name>``: the chosen learner's
+  constructor fields (a plug-in's own, read from source), not the other learners', and
+  the task's episode fields that apply."""
+  mc = config.meta
+  if name in _selected_fields("meta", mc.learner):
+    return True
+  if name in _LEARNER_DEFAULTS:
+    return False
+  if name in _FEW_SHOT_FIELDS and config.task != "few_shot":
+    return False
+  if name in ("train_ways", "body_hypernet"):
+    return mc.learner == "support_hypernet"
+  if name in ("body_targets", "gate"):   # SupportTargetHypernetwork's.
+    return mc.learner == "support_hypernet" and mc.body_hypernet != "none"
+  if name == "msl_anneal_steps":
+    return bool(mc.get("multi_step_loss", False))
+  return name != "mlp_widths" or config.task == "sinusoid"
 
 
 def _hypernet_field_used(config, name: str) -> bool:
@@ -805,44 +839,24 @@ def _meta_defaults(c) -> None:
   c.data.rotations = (0, 90, 180, 270)  # class augmentation (Finn et al. 2017)
   c.data.image_size = 28
   c.meta = ml_collections.ConfigDict()
-  c.meta.learner = "maml"      # maml | fomaml | metasgd | anil | support_hypernet
+  c.meta.learner = "maml"      # a registered learner (CHOICES) | pkg.mod:Class
   c.meta.num_ways = 5          # N (few_shot)
   c.meta.train_ways = 0        # support_hypernet: N of meta-training episodes (0: num_ways);
   # more than num_ways trains with higher way (Snell et al. 2017), the head sized for both
   c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
   c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
   c.meta.eval_queries = 1      # query examples per class in meta-testing
-  c.meta.inner_lr = 0.4
-  c.meta.inner_steps = 1
-  # The inner update rule (hypernet/meta/rules.py; maml / fomaml / anil): sgd | momentum
-  # (inner_momentum) | adam (inner_beta1, inner_beta2, inner_epsilon), exact second order
-  # through the rule's state.
-  c.meta.inner_rule = "sgd"
-  c.meta.inner_momentum = 0.9
-  c.meta.inner_beta1 = 0.9
-  c.meta.inner_beta2 = 0.999
-  c.meta.inner_epsilon = 1e-8
   c.meta.eval_inner_steps = 0  # inner steps at meta-test time; 0: inner_steps
   c.meta.eval_steps_sweep = ()  # also evaluate after each of these inner step counts
   # (metrics loss_steps_K, accuracy_steps_K with their _ci95), e.g. (1, 5, 10)
-  c.meta.adapt = ""            # patterns of adapted weights ("": all trainable)
-  c.meta.anil_head = "head/*"  # ANIL: the adapted head (support_hypernet: the generated one)
-  c.meta.zero_init_head = False  # maml/fomaml/metasgd/anil: the head (anil_head) starts
-  # every task at zero, not meta-learned (Kao et al. 2022's zeroing trick)
-  # support_hypernet (hypernet/meta/support_hypernet.py): hidden ReLU widths of the
-  # hypernetwork from class prototypes to head rows, initial logit scale (2: Prototypical
-  # Networks), first-order inner steps on the generated head (meta.inner_steps >= 0).
-  c.meta.generator_widths = (64,)
-  c.meta.generator_scale = 2.0
-  c.meta.first_order = False
   # support_hypernet: the body's weights generated per task too (hypernet/meta/
   # support_target.py): a hypernetwork of this kind (none | mlp | chunked | static), sized
   # by the config.hypernet fields of that kind (config.hypernet.kind stays "none"),
   # maps the support set's mean body feature (the task embedding) to the body weights
-  # body_targets as w0 + body_gate * H(z); the gate is learned and starts at body_gate.
+  # body_targets as w0 + gate * H(z); the gate is learned and starts at meta.gate.
   c.meta.body_hypernet = "none"
   c.meta.body_targets = "conv*/kernel"
-  c.meta.body_gate = 0.0
+  c.meta.gate = 0.0
   c.meta.eval_episodes = 600   # fixed meta-test tasks on held-out classes
   c.meta.eval_seed = 12345     # seed of those tasks
   c.meta.one_shot_runs = ""    # e.g. "all_runs.zip" in data.data_dir: 20-way runs
@@ -869,17 +883,18 @@ def _meta_defaults(c) -> None:
 
 
 def _meta_algorithm_defaults(c) -> None:
-  # Meta-learning algorithms (hypernet/meta/implicit.py, inner_loop.py, per_step_bn.py;
-  # docs/meta_learning_bn.md).
-  c.meta.imaml_lambda = 1.0    # learner "imaml" (Rajeswaran et al. 2019): the proximal
-  # regularisation lambda of the inner problem
-  c.meta.imaml_cg_steps = 5    # learner "imaml": conjugate-gradient iterations per task
-  c.meta.recompute_inner_steps = False  # second order: recompute the inner steps in the
-  # backward pass (the same meta-gradient; memory flat in inner_steps, more compute;
-  # benchmarks/inner_steps_memory.py)
-  # MAML++ (Antoniou et al. 2019), each usable alone (maml / fomaml):
-  c.meta.lslr = False          # learned per-layer per-step inner learning rates
-  c.meta.multi_step_loss = False  # outer loss summed over every inner step, annealed
+  # The learners' own fields: every registered learner's constructor arguments by their
+  # own names (hypernet/meta/*.py, read from source; SELECTED_GROUPS), _GROUP_DEFAULTS
+  # where the config starts elsewhere. Their meaning is in the constructors' docstrings:
+  # inner_lr, inner_steps, adapt, zero_init (patterns of adapted weights that start
+  # every task at zero, e.g. "head/*": Kao et al. 2022's zeroing trick), inner_rule
+  # (sgd | momentum | adam, hypernet/meta/rules.py) and its inner_momentum / inner_beta1 /
+  # inner_beta2 / inner_epsilon, first_order, recompute, lslr, multi_step_loss (MAML,
+  # inner_loop.py); head (ANIL's adapted, support_hypernet's generated head); scale,
+  # generator_widths (support_hypernet.py); proximal_lambda, cg_steps (imaml,
+  # implicit.py).
+  c.meta.update(_LEARNER_DEFAULTS)
+  # MAML++ (Antoniou et al. 2019) beside the learner's lslr and multi_step_loss:
   c.meta.msl_anneal_steps = 1000  # meta-steps over which the MSL weights move to the last
   c.meta.first_order_steps = 0  # derivative-order annealing: first order for the first
   # N meta-steps, then second order

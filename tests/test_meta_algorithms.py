@@ -55,7 +55,7 @@ def test_implicit_meta_gradient_equals_closed_form_on_quadratic(mode):
   rate = 1.0 / (lam + np.linalg.eigvalsh(a).max())
   assert 1 - (lam + np.linalg.eigvalsh(a).min()) * rate <= 0.25
   learner = implicit.ImplicitMAML(model, mse, inner_lr=float(rate), inner_steps=40,
-                                  lam=lam, cg_steps=6)
+                                  proximal_lambda=lam, cg_steps=6)
 
   def step():
     with tf.GradientTape() as tape:
@@ -80,7 +80,7 @@ def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
   batch = {k: tf.stack([t[i] for t in tasks])
            for i, k in enumerate(meta_batch.BATCH_KEYS)}
   learner = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
-                                  inner_steps=2, lam=1.0, cg_steps=4)
+                                  inner_steps=2, proximal_lambda=1.0, cg_steps=4)
   variables = model.trainable_variables
   acc = tf.function(lambda: meta_batch.meta_batch_gradients(learner, batch, variables))()
   with tf.GradientTape() as tape:
@@ -89,7 +89,7 @@ def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
   for v, a, d in zip(variables, acc.variable_grads, direct):
     np.testing.assert_allclose(a.numpy(), d.numpy(), rtol=1e-9, atol=1e-12, err_msg=v.path)
   one_cg = implicit.ImplicitMAML(model, "sparse_softmax_cross_entropy", inner_lr=0.3,
-                                 inner_steps=2, lam=1.0, cg_steps=1)
+                                 inner_steps=2, proximal_lambda=1.0, cg_steps=1)
   with tf.GradientTape() as tape:
     loss1 = meta_batch.meta_batch_loss(one_cg, batch).loss
   rough = tape.gradient(loss1, variables)
@@ -97,10 +97,19 @@ def test_implicit_meta_gradient_through_meta_batch_matches_loss_gradient():
 
 
 def test_implicit_bad_arguments_name_the_field():
-  with pytest.raises(ValueError, match="imaml_lambda"):
-    implicit.ImplicitMAML(linear_net(), mse, lam=0.0)
-  with pytest.raises(ValueError, match="imaml_cg_steps"):
+  """The constructor's arguments are the config.meta fields of the same names."""
+  with pytest.raises(ValueError, match="^proximal_lambda must be a float > 0"):
+    implicit.ImplicitMAML(linear_net(), mse, proximal_lambda=0.0)
+  with pytest.raises(ValueError, match="^cg_steps must be an int >= 1"):
     implicit.ImplicitMAML(linear_net(), mse, cg_steps=0)
+
+
+def test_implicit_lam_keyword_still_works_with_a_deprecation_warning():
+  with pytest.warns(DeprecationWarning, match="proximal_lambda"):
+    learner = implicit.ImplicitMAML(linear_net(), mse, lam=2.5)
+  assert learner.proximal_lambda == 2.5
+  with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="proximal_lambda"):
+    implicit.ImplicitMAML(linear_net(), mse, lam=-1.0)
 
 
 # ---------------------------------------------------- second order, recomputed steps.
@@ -412,9 +421,9 @@ def test_omniglot_mamlpp_config_trains_evaluates_and_restores_per_step_state(
 def test_omniglot_imaml_config_trains_and_evaluates(data_dir, tmp_path):
   from hypernet.training import loop
   c = _tiny("omniglot_imaml", data_dir)
-  c.meta.imaml_cg_steps = 2
+  c.meta.cg_steps = 2
   trainer = loop.Trainer(c, str(tmp_path))
-  assert trainer.task.learner.lam == 2.0 and trainer.task.learner.cg_steps == 2
+  assert trainer.task.learner.proximal_lambda == 2.0 and trainer.task.learner.cg_steps == 2
   before = [v.numpy() for v in trainer.variables]
   metrics, first_bad = trainer.train_chunk(trainer.train_iterator(0), 2)
   assert first_bad == -1 and np.isfinite(metrics["loss"])

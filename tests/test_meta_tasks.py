@@ -280,10 +280,16 @@ def test_eval_steps_sweep_equals_separate_evaluations(tmp_path):
     protocol.build_task(c)
 
 
-def test_zero_init_head_is_refused_for_the_generated_head():
+def test_zero_init_is_refused_for_the_generated_head():
+  """support_hypernet has no zero_init (its head is generated): a config that sets it is
+  refused, at validation and when the task builds the learner, not silently ignored."""
   c = _digits_config()
-  c.meta.learner, c.meta.inner_steps, c.meta.zero_init_head = "support_hypernet", 0, True
-  with pytest.raises(ValueError, match="config.meta.zero_init_head=True with learner"):
+  c.meta.learner, c.meta.inner_steps, c.meta.zero_init = "support_hypernet", 0, "head/*"
+  message = (r"config\.meta\.zero_init='head/\*' is not read by learner 'support_hypernet' "
+             r"\(its fields: \[.*'scale'.*\]\); set it back to ''\.$")
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(c)
+  with pytest.raises(config_lib.ConfigError, match=message):
     protocol.build_task(c)
 
 

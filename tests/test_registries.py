@@ -333,3 +333,127 @@ def test_every_task_is_registered_declared_and_run_by_a_committed_config():
     c = config_lib.base_config()
     c.task = "nope"
     tasks.build_task(c)
+
+
+# -- learners: config.meta's learner fields are the constructors' arguments ---------------
+LEARNERS = hn.meta.LEARNERS.names()
+OWN_LEARNER_DIR = os.path.join(REPO, "examples", "own_learner")
+OWN_LEARNER = "my_learner:PerLayerMAML"
+# The meta-learning task's own fields a few-shot Omniglot run reads, whatever the learner.
+EPISODE_FIELDS = {"learner", "num_ways", "num_shots", "num_queries", "eval_queries",
+                  "eval_inner_steps", "eval_steps_sweep", "eval_episodes", "eval_seed",
+                  "one_shot_runs", "within_alphabet", "parallel", "parallel_iterations",
+                  "staggered", "fused_blocks", "train_before_metrics", "first_order_steps",
+                  "bn_mode", "per_step_bn_weights"}
+
+
+def _meta_config(learner):
+  c = config_lib.load_config_file(os.path.join(REPO, "configs", "omniglot_maml.py"))
+  c.meta.learner = learner
+  return c
+
+
+def test_the_registry_lists_the_learners_and_the_schema_reads_the_same_ones():
+  assert LEARNERS == ("anil", "fomaml", "imaml", "maml", "metasgd", "support_hypernet")
+  selector, twin = config_lib.SELECTED_GROUPS["meta"]
+  assert selector == "learner" and twin is config_lib.LEARNERS
+  assert (twin.family, twin.field, twin.package, twin.base) == (
+      hn.meta.LEARNERS.family, hn.meta.LEARNERS.field, hn.meta.LEARNERS.package,
+      hn.meta.LEARNERS.base)
+  assert twin.declared_names() == LEARNERS == config_lib.CHOICES["meta.learner"]
+
+
+@pytest.mark.parametrize("learner", LEARNERS)
+def test_a_learners_static_fields_agree_with_the_imported_constructor(learner):
+  declared = config_lib.LEARNERS.declared()[learner]
+  assert declared == hn.meta.LEARNERS.config_fields(learner)
+  assert not {"model", "loss_fn", "name", "seed", "body", "head_model"} & set(declared)
+  # In config.meta by its own name, with the constructor's default unless the config
+  # starts elsewhere (listed in _GROUP_DEFAULTS).
+  group = config_lib.base_config().meta
+  overrides = config_lib._GROUP_DEFAULTS["meta"]  # pylint: disable=protected-access
+  for field, default in declared.items():
+    assert field in group, field
+    assert group[field] == overrides.get(field, default), field
+
+
+def test_learner_fields_are_read_statically_across_modules_of_one_class_name():
+  """inner_loop.MetaSGD (the learner) and rules.MetaSGD (its rule) share a class name: the
+  learner's fields are its own (through **kwargs, MAML's), not the rule's."""
+  fields = config_lib.LEARNERS.declared()["metasgd"]
+  assert {"inner_lr", "inner_steps", "adapt", "zero_init", "recompute"} <= set(fields)
+  assert not {"inner_rule", "lslr", "inner_momentum"} & set(fields)   # Its rule's own.
+  assert "first_order" not in config_lib.LEARNERS.declared()["fomaml"]
+
+
+@pytest.mark.parametrize("learner", LEARNERS + (OWN_LEARNER,))
+def test_every_learner_validates_and_the_run_reads_exactly_its_fields(learner,
+                                                                      monkeypatch):
+  monkeypatch.syspath_prepend(OWN_LEARNER_DIR)
+  c = _meta_config(learner)
+  if learner == "imaml":
+    c.meta.inner_steps = 2
+  config_lib.validate(c)
+  used = {k[len("meta."):] for k in config_lib.used_fields(c) if k.startswith("meta.")}
+  fields = config_lib.LEARNERS.declared_fields(learner)
+  own = {"train_ways", "body_hypernet"} if learner == "support_hypernet" else set()
+  assert used - set(fields) == EPISODE_FIELDS | own
+  assert set(fields) <= used
+
+
+@pytest.mark.parametrize("learner", LEARNERS)
+def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monkeypatch):
+  """The task builds the learner from config.meta by the constructor's own names: no
+  translation (ANIL's head, support_hypernet's scale, iMAML's proximal_lambda)."""
+  from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
+  c = _meta_config(learner)
+  c.meta.update({"inner_lr": 0.25, "inner_steps": 2})
+  if learner in ("maml", "fomaml", "imaml", "anil", "metasgd"):
+    c.meta.zero_init = "head/*"
+  if learner == "support_hypernet":
+    c.meta.scale, c.meta.generator_widths = 3.0, (5,)
+  if learner == "imaml":
+    c.meta.proximal_lambda, c.meta.cg_steps = 0.5, 3
+  config_lib.validate(c)
+  cls = hn.meta.LEARNERS.get(learner)
+  received = {}
+  original = cls.__init__
+
+  @functools.wraps(original)
+  def spy(self, *args, **kwargs):
+    received.update(kwargs)
+    original(self, *args, **kwargs)
+
+  monkeypatch.setattr(cls, "__init__", spy)
+  c.model.conv_widths = (8, 8)
+  target = meta_learning.make_meta_target(c, (8, 8, 1), 5)
+  built = meta_learning.make_learner(c, target, "sparse_softmax_cross_entropy")
+  assert type(built) is cls
+  expected = {k: c.meta[k] for k in hn.meta.LEARNERS.config_fields(learner)}
+  if learner == "support_hypernet":
+    expected["seed"] = c.seed
+  assert {k: v for k, v in received.items() if k not in ("model", "loss_fn")} == expected
+  assert built.inner_lr == 0.25 and built.inner_steps == 2
+
+
+@pytest.mark.parametrize("old, new", sorted(config_lib.RENAMED["meta"].items()))
+def test_a_renamed_meta_field_names_the_constructors_name(old, new):
+  """A config written with the old config.meta names is told the constructor's name."""
+  c = _meta_config("maml")
+  c.meta[old] = 1
+  with pytest.raises(config_lib.ConfigError,
+                     match=rf"^config\.meta\.{old} is not a known field\. Did you mean "
+                           rf"config\.meta\.{new}\?") as e:
+    config_lib.validate(c)
+  assert "\n" not in str(e.value)
+
+
+def test_another_learners_field_set_away_from_its_default_is_refused():
+  c = _meta_config("maml")
+  c.meta.proximal_lambda = 2.0
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.meta\.proximal_lambda=2\.0 is not read by learner "
+                           r"'maml' \(its fields: \[.*\]\); set it back to 1\.0\.$"):
+    config_lib.validate(c)
+  c.meta.learner = "imaml"
+  config_lib.validate(c)

@@ -162,13 +162,13 @@ def test_hparams_are_the_fields_the_run_uses():
       os.path.join(os.path.dirname(digits_hyper.__file__), "permuted_fmnist_hnet.py")))
   assert {"hypernet.condition_dim", "hypernet.condition_per_chunk"} <= set(continual)
   meta = config_lib.hparams(omniglot_maml.get_config())
-  assert {"meta.inner_lr", "meta.num_ways", "data.omniglot_zips", "meta.zero_init_head",
-          "meta.within_alphabet"} <= set(meta)
+  assert {"meta.inner_lr", "meta.num_ways", "data.omniglot_zips", "meta.zero_init",
+          "meta.within_alphabet", "meta.first_order"} <= set(meta)   # MAML's arguments.
   assert not {"hypernet.chunk_size", "data.test_fraction", "meta.mlp_widths",
-              "meta.generator_widths", "meta.first_order"} & set(meta)
+              "meta.generator_widths", "meta.head", "meta.proximal_lambda"} & set(meta)
   generated = config_lib.hparams(_with_learner(omniglot_maml.get_config(), "support_hypernet"))
-  assert {"meta.generator_widths", "meta.generator_scale", "meta.anil_head"} <= set(generated)
-  assert "meta.zero_init_head" not in generated
+  assert {"meta.generator_widths", "meta.scale", "meta.head"} <= set(generated)
+  assert "meta.zero_init" not in generated
 
 
 def _with_learner(config, learner):

@@ -207,8 +207,8 @@ class Registry:
     """
     if not hasattr(self, "_declared"):
       defs, registered = _package_defs(self.package)
-      self._declared = {name: _declared_fields(defs[d], defs)
-                        for name, d in sorted(registered.items())}
+      self._declared = {name: _declared_fields(node, {**defs, **own})
+                        for name, (node, own) in sorted(registered.items())}
     return self._declared
 
   def declared_names(self) -> Tuple[str, ...]:
@@ -279,8 +279,10 @@ class Registry:
 
 
 def _package_defs(package: str):
-  """``({name: ClassDef or FunctionDef}, {registered name: its name})`` over ``package``'s
-  modules (not imported: ``find_spec`` imports the parent packages only)."""
+  """``({name: ClassDef or FunctionDef}, {registered name: (its def, its module's defs)})``
+  over ``package``'s modules (not imported: ``find_spec`` imports the parent packages
+  only); a registered class's bases are looked up in its own module first (two modules
+  may define classes of the same name)."""
   spec = importlib.util.find_spec(package)
   folder = list(spec.submodule_search_locations)[0]
   defs, registered = {}, {}
@@ -290,7 +292,7 @@ def _package_defs(package: str):
       defs.update(own)
       for node in own.values():
         for name in _registrations(node):
-          registered[name] = node.name
+          registered[name] = (node, own)
   return defs, registered
 
 

@@ -168,6 +168,9 @@ class ANIL(learner_lib.Learner):
       arguments.
   """
 
+  config_exclude = ("model", "loss_fn", "name", "exclude", "inner_training", "body",
+                    "head_model")
+
   def __init__(self, model: keras.Model, loss_fn, *, head="head/*",
                body: Optional[keras.Model] = None, head_model: Optional[keras.Model] = None,
                inner_lr: float = 0.4, inner_steps: int = 1, first_order: bool = False,

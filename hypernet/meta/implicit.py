@@ -24,6 +24,7 @@ is the paper's approximation (Theorem 1 bounds its error).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import keras
@@ -85,12 +86,13 @@ class ImplicitMAML(learner_lib.Learner):
   Args:
     model: the target network, as :class:`~hypernet.meta.inner_loop.MAML`.
     loss_fn: the support / query loss, as for MAML.
-    lam: the proximal regularisation ``lambda`` (> 0; Rajeswaran et al. use 0.5-2 on
-      Omniglot). The paper's Eq. 6 needs ``lambda`` large enough that
+    proximal_lambda: the proximal regularisation ``lambda`` (> 0; Rajeswaran et al. use
+      0.5-2 on Omniglot). The paper's Eq. 6 needs ``lambda`` large enough that
       ``I + H/lambda`` is positive definite (``H`` may have negative eigenvalues away
       from a minimum).
     cg_steps: conjugate-gradient iterations per meta-gradient (int >= 1; the paper uses
       5 on Omniglot).
+    lam: deprecated name of ``proximal_lambda`` (a ``DeprecationWarning``).
     adapt, exclude, inner_training, zero_init, name: as
       :class:`~hypernet.meta.inner_loop.MAML`; ``inner_lr`` (the step
       size of the gradient descent on the regularised inner objective) and
@@ -101,21 +103,29 @@ class ImplicitMAML(learner_lib.Learner):
   paper meta-learns the adapted initial weights only).
 
   Raises:
-    ValueError: ``lam`` not > 0, ``cg_steps`` not an int >= 1, or the errors of
+    ValueError: ``proximal_lambda`` not > 0, ``cg_steps`` not an int >= 1, or the errors of
       :class:`~hypernet.meta.inner_loop.MAML`.
   """
 
-  def __init__(self, model: keras.Model, loss_fn, *, lam: float = 1.0, cg_steps: int = 5,
-               inner_lr: float = 0.4, inner_steps: int = 1, adapt=None, exclude=(),
-               inner_training: Optional[bool] = True, zero_init=(),
-               name: Optional[str] = None):
+  config_exclude = ("model", "loss_fn", "name", "exclude", "inner_training", "lam")
+
+  def __init__(self, model: keras.Model, loss_fn, *, proximal_lambda: float = 1.0,
+               cg_steps: int = 5, inner_lr: float = 0.4, inner_steps: int = 1, adapt=None,
+               exclude=(), inner_training: Optional[bool] = True, zero_init=(),
+               name: Optional[str] = None, lam: Optional[float] = None):
     super().__init__(model, loss_fn, name=name)
-    if not isinstance(lam, (int, float)) or isinstance(lam, bool) or not lam > 0:
-      raise ValueError(f"lam (config.meta.imaml_lambda) must be a float > 0, got {lam!r}.")
+    if lam is not None:
+      warnings.warn("ImplicitMAML(lam=) is deprecated; use proximal_lambda= (the "
+                    "config.meta field of the same name).", DeprecationWarning, stacklevel=2)
+      proximal_lambda = lam
+    if (not isinstance(proximal_lambda, (int, float)) or isinstance(proximal_lambda, bool)
+        or not proximal_lambda > 0):
+      raise ValueError(f"proximal_lambda must be a float > 0 (the proximal "
+                       f"regularisation), got {proximal_lambda!r}.")
     if not isinstance(cg_steps, int) or isinstance(cg_steps, bool) or cg_steps < 1:
-      raise ValueError(f"cg_steps (config.meta.imaml_cg_steps) must be an int >= 1, got "
+      raise ValueError(f"cg_steps must be an int >= 1 (conjugate-gradient iterations), got "
                        f"{cg_steps!r}.")
-    self.lam = float(lam)
+    self.proximal_lambda = float(proximal_lambda)
     self.cg_steps = cg_steps
     self.inner_lr = learner_lib.check_positive("inner_lr", inner_lr)
     self.inner_steps = learner_lib.check_int("inner_steps", inner_steps, 1)
@@ -144,7 +154,7 @@ class ImplicitMAML(learner_lib.Learner):
 
   def solve(self, weights: Weights, sx, sy, state: Weights, inner_steps=None, training=None
             ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
-    """``inner_steps`` of gradient descent on ``L_support(phi) + lam/2 ||phi - theta||^2``
+    """``inner_steps`` of gradient descent on ``L_support(phi) + proximal_lambda/2 ||phi - theta||^2``
     from ``phi = theta`` (``theta``: the adapted entries of ``weights``).
 
     Args:
@@ -177,7 +187,7 @@ class ImplicitMAML(learner_lib.Learner):
             f"adapted weight(s) {missing} of model {self._model.name!r}; exclude them from "
             "the adapted weights (the adapt= / exclude= path patterns).")
       lr = tf.constant(self.inner_lr, phi[0].dtype)
-      lam = tf.constant(self.lam, phi[0].dtype)
+      lam = tf.constant(self.proximal_lambda, phi[0].dtype)
       phi = [tf.stop_gradient(f - lr * (g + lam * (f - t)))
              for f, g, t in zip(phi, grads, theta)]
     return phi, state
@@ -200,7 +210,7 @@ class ImplicitMAML(learner_lib.Learner):
     state = {p: tf.stop_gradient(t)
              for p, t in inner_loop.read_state(self._model, state).items()}
     phi, new_state = self.solve(const, support_x, support_y, state, steps, training)
-    lam = tf.constant(self.lam, phi[0].dtype)
+    lam = tf.constant(self.proximal_lambda, phi[0].dtype)
 
     def hessian_solver(upstream: List[tf.Tensor]) -> List[tf.Tensor]:
       # One support pass and its gradient, kept by a persistent tape; each CG iteration

@@ -547,7 +547,8 @@ class MAML(learner_lib.Learner):
     inner_lr: the inner learning rate alpha (float > 0).
     inner_steps: the number of inner gradient steps (int >= 1).
     adapt: path patterns of the weights adapted in the inner loop (see
-      :func:`hypernet.core.functional.select_paths`; ``None`` = all trainable weights).
+      :func:`hypernet.core.functional.select_paths`; ``None`` or ``""`` = all trainable
+      weights).
     exclude: path patterns removed from ``adapt``.
     first_order: first-order approximation (no second derivatives).
     inner_training: the target's ``training=`` flag in the inner loop (BatchNorm uses
@@ -585,6 +586,10 @@ class MAML(learner_lib.Learner):
       target with a layer whose second derivatives cannot be exact (named; see
       :func:`hypernet.numerics.second_order.check_second_order`).
   """
+
+  # Not config.meta fields: inner_training comes per call from config.meta.bn_mode, and
+  # adapt's patterns say what is adapted.
+  config_exclude = ("model", "loss_fn", "name", "exclude", "inner_training")
 
   def __init__(self, model: keras.Model, loss_fn: LossFn, *, inner_lr: float = 0.4,
                inner_steps: int = 1, adapt=None, exclude=(), first_order: bool = False,
@@ -705,7 +710,7 @@ class MAML(learner_lib.Learner):
     return self._adapt(support_x, support_y, weights, state, True, **options)
 
 
-@learner_lib.LEARNERS.register("fomaml")
+@learner_lib.LEARNERS.register("fomaml", exclude=("first_order",))
 class FirstOrderMAML(MAML):
   """First-order MAML (Finn et al. 2017, Sec. 5.2): MAML with ``first_order=True``.
 
@@ -719,7 +724,9 @@ class FirstOrderMAML(MAML):
     super().__init__(model, loss_fn, first_order=True, **kwargs)
 
 
-@learner_lib.LEARNERS.register("metasgd")
+@learner_lib.LEARNERS.register(
+    "metasgd", exclude=("inner_rule", "lslr", "inner_momentum", "inner_beta1",
+                        "inner_beta2", "inner_epsilon"))
 class MetaSGD(MAML):
   """Meta-SGD (Li et al. 2017): MAML with learned per-parameter inner learning rates.
 

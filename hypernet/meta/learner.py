@@ -32,7 +32,8 @@ class Learner(tf.Module, abc.ABC):
   target ``model`` and ``loss_fn`` first; its other keyword arguments are the
   ``config.meta`` fields of the same names when it is named by ``config.meta.learner``
   (``"package.module:Class"`` for a class of yours), or ``learner_args`` of
-  ``hn.keras.MetaModel``. Variables it creates (learned rates, generators) are its
+  ``hn.keras.MetaModel``; arguments that do not come from the config are listed in a
+  class attribute ``config_exclude`` (``hypernet.core.registry.Registry``). Variables it creates (learned rates, generators) are its
   ``trainable_variables`` (``tf.Module``) and are meta-trained with the target.
 
   Args:
@@ -52,6 +53,8 @@ class Learner(tf.Module, abc.ABC):
       by the train loop (default none).
   """
 
+  # Constructor arguments that are not config.meta fields (given by the caller).
+  config_exclude = ("model", "loss_fn", "name")
   inner_lrs: Mapping[str, tf.Variable] = types.MappingProxyType({})
   multi_step_loss = False
   first_order = False
@@ -144,12 +147,13 @@ def check_positive(name: str, value) -> float:
 def select_adapted(model: keras.Model, adapt, exclude=(), zero_init=()
                    ) -> Tuple[List[str], List[str]]:
   """``(adapted paths, zero-initialised paths)`` of ``model`` from path patterns
-  (:func:`hypernet.core.functional.select_paths`; ``adapt=None``: every trainable weight).
+  (:func:`hypernet.core.functional.select_paths`; ``adapt=None`` or ``""``: every
+  trainable weight; ``zero_init=""`` or ``()``: none).
 
   Raises:
     ValueError: the patterns select nothing; a zero-initialised path is not adapted.
   """
-  adapted = functional.select_paths(model, adapt, trainable=True, exclude=exclude)
+  adapted = functional.select_paths(model, adapt or None, trainable=True, exclude=exclude)
   if not adapted:
     raise ValueError(
         f"adapt={adapt!r} with exclude={exclude!r} selects no weight of model "

@@ -67,6 +67,8 @@ class SupportHypernetwork(learner_lib.Learner):
       (:class:`~hypernet.meta.anil.HeadSplit`).
   """
 
+  config_exclude = ("model", "loss_fn", "name", "seed", "inner_training", "body",
+                    "head_model")
   before_metrics = False
   min_inner_steps = 0
 

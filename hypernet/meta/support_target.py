@@ -59,6 +59,8 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
       ``D``; the errors of :class:`SupportHypernetwork`.
   """
 
+  config_exclude = support_hypernet.SupportHypernetwork.config_exclude + ("hypernetwork",)
+
   def __init__(self, model: keras.Model, loss_fn, *, hypernetwork: hn_base.Hypernetwork,
                gate: float = 0.0, **kwargs):
     super().__init__(model, loss_fn, **kwargs)

@@ -58,8 +58,8 @@ MAML++ (Antoniou et al. 2019) switches, each usable alone: ``config.meta.lslr``,
 ``multi_step_loss`` (weights annealed over ``msl_anneal_steps`` meta-steps),
 ``first_order_steps`` (derivative-order annealing), ``bn_mode="per_step"``,
 ``per_step_bn_weights``, and ``config.optim.schedule="cosine"``. Implicit MAML:
-``config.meta.learner="imaml"`` with ``imaml_lambda`` and ``imaml_cg_steps``.
-``config.meta.recompute_inner_steps``: second order with memory flat in inner steps.
+``config.meta.learner="imaml"`` with ``proximal_lambda`` and ``cg_steps``.
+``config.meta.recompute``: second order with memory flat in inner steps.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ from hypernet.core.registry import ConfigError
 from hypernet.hypernetworks import source as sources
 from hypernet.tasks import targets, protocol
 from hypernet.data import episodes, sinusoid
-from hypernet import meta
+from hypernet import config_lib, meta
 from hypernet.meta import conv4, inner_loop, meta_batch, support_hypernet, support_target
 
 # config.meta.bn_mode (docs/meta_learning_bn.md): batch statistics everywhere; MAML++'s
@@ -315,10 +315,10 @@ def _body_hypernetwork(config, target: keras.Model):
   width), sized by the ``config.hypernet`` fields of that kind."""
   mc = config.meta
   spec = functional.weight_spec(target, str(mc.body_targets))
-  head = functional.weight_spec(target, str(mc.anil_head))
+  head = functional.weight_spec(target, str(mc.head))
   dims = [int(s.shape[0]) for s in head.values() if len(s.shape) == 2]
   if len(dims) != 1:
-    raise ValueError(f"config.meta.anil_head={mc.anil_head!r} must select one Dense head "
+    raise ValueError(f"config.meta.head={mc.head!r} must select one Dense head "
                      f"(one [D, N] kernel) for config.meta.body_hypernet; got {list(head)}.")
   values = {p: v.numpy() for p, v in functional.variable_paths(target).items() if p in spec}
   hc = ml_collections.ConfigDict(config.hypernet.to_dict())
@@ -327,62 +327,29 @@ def _body_hypernetwork(config, target: keras.Model):
                                     condition_dim=dims[0])
 
 
-def _learner_group(config, cls) -> Dict[str, object]:
-  """The ``config.meta`` fields ``cls``'s constructor takes, by its names: the fields of
-  the same name, and the built-ins' few fields named otherwise in the config
-  (``anil_head`` -> ``head``; ``adapt = ""`` -> ``None``; ``zero_init_head`` ->
-  ``zero_init``; ``recompute_inner_steps`` -> ``recompute``; ``imaml_lambda`` /
-  ``imaml_cg_steps`` -> ``lam`` / ``cg_steps``; ``generator_scale`` -> ``scale``;
-  ``body_gate`` -> ``gate``; ``config.seed`` -> ``seed``)."""
-  mc = config.meta
-  fields = meta.LEARNERS.fields(cls)
-  group = {k: mc[k] for k in fields if k in mc}
-  renamed = dict(
-      head=lambda: str(mc.anil_head), adapt=lambda: str(mc.adapt) or None,
-      zero_init=lambda: str(mc.anil_head) if mc.zero_init_head else (),
-      recompute=lambda: bool(mc.recompute_inner_steps), lam=lambda: float(mc.imaml_lambda),
-      cg_steps=lambda: int(mc.imaml_cg_steps), scale=lambda: float(mc.generator_scale),
-      gate=lambda: float(mc.body_gate), seed=lambda: int(config.seed),
-      inner_lr=lambda: float(mc.inner_lr), inner_steps=lambda: int(mc.inner_steps),
-      generator_widths=lambda: tuple(mc.generator_widths))
-  group.update({k: value() for k, value in renamed.items() if k in fields})
-  if issubclass(cls, inner_loop.FirstOrderMAML):
-    group.pop("first_order", None)  # config.meta.first_order is support_hypernet's.
-  if issubclass(cls, inner_loop.MetaSGD):
-    group.pop("inner_rule", None)  # Its rule is its own (config_lib refuses others).
-  return group
-
-
 def make_learner(config, target: keras.Model, loss) -> meta.Learner:
   """The inner-loop learner named by ``config.meta.learner`` for ``target``, from the
   learners' registry (:data:`hypernet.meta.LEARNERS`): a built-in name (``"maml"``,
   ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"imaml"``) or your
   own :class:`hypernet.meta.Learner` subclass as ``"package.module:Class"``, whose
-  constructor gets ``model``, ``loss_fn`` and the ``config.meta`` fields it names.
-  ``"support_hypernet"`` with ``config.meta.body_hypernet`` is
-  :class:`hypernet.meta.SupportTargetHypernetwork`; ``config.meta.zero_init_head``: the
-  head (``anil_head`` patterns) starts every task at zero (Kao et al. 2022's zeroing
-  trick).
+  constructor gets ``model``, ``loss_fn``, ``seed`` (``config.seed``, where it takes one)
+  and the ``config.meta`` fields of its other arguments' names. ``"support_hypernet"``
+  with ``config.meta.body_hypernet`` is :class:`hypernet.meta.SupportTargetHypernetwork`.
 
   Raises:
-    ValueError: an unknown learner (lists the known ones), a MAML-only option for
-      another learner, or the learner's own errors.
+    ConfigError (a ValueError): a learner field set that the learner does not read.
+    ValueError: an unknown learner (lists the known ones), or the learner's own errors.
   """
   mc = config.meta
+  config_lib.check_learner_fields(config)
   cls = meta.LEARNERS.get(mc.learner)
-  if mc.zero_init_head and issubclass(cls, support_hypernet.SupportHypernetwork):
-    raise ValueError("config.meta.zero_init_head=True with learner 'support_hypernet': "
-                     "its head is generated from the support set, not initialised; set "
-                     "zero_init_head=False.")
-  plus = [k for k in ("lslr", "multi_step_loss", "recompute_inner_steps") if mc.get(k, False)]
-  if plus and not issubclass(cls, inner_loop.MAML):
-    raise ValueError(f"config.meta.lslr / multi_step_loss / recompute_inner_steps need "
-                     f"learner 'maml' or 'fomaml', not {mc.learner!r}; set them to False.")
   given = {}
   if cls is support_hypernet.SupportHypernetwork and mc.body_hypernet != "none":
     cls = support_target.SupportTargetHypernetwork
     given["hypernetwork"] = _body_hypernetwork(config, target)
-  return meta.learner.build_learner(cls, _learner_group(config, cls), target, loss, **given)
+  if "seed" in meta.LEARNERS.fields(cls):
+    given["seed"] = int(config.seed)
+  return meta.learner.build_learner(cls, mc, target, loss, **given)
 
 
 def _check_meta_fields(mc, min_steps: int) -> None:
