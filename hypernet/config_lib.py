@@ -433,11 +433,8 @@ def _check_inner_rule(config) -> None:
   if rule not in ("sgd", "momentum", "adam"):
     raise ConfigError(f"config.meta.inner_rule={rule!r}; use 'sgd', 'momentum' or 'adam' "
                       "(Meta-SGD's learned rates: learner 'metasgd'; LSLR: meta.lslr).")
-  if rule == "sgd":
+  if rule == "sgd":   # Learners without an inner_rule: check_learner_fields.
     return
-  if mc.learner not in ("maml", "fomaml", "anil") and ":" not in str(mc.learner):
-    raise ConfigError(f"config.meta.inner_rule={rule!r} needs config.meta.learner 'maml', "
-                      f"'fomaml' or 'anil' (got {mc.learner!r}); set inner_rule='sgd'.")
   if mc.lslr or mc.recompute:
     raise ConfigError(f"config.meta.inner_rule={rule!r} keeps state across inner steps; "
                       "config.meta.lslr and recompute need inner_rule='sgd'.")
@@ -662,18 +659,36 @@ def hparams(config) -> Dict[str, Any]:
           for k in order}
 
 
+def _renamed_fields(values: Dict[str, Any]) -> Dict[str, Any]:
+  """``values`` with the :data:`RENAMED` fields under their new names; the former
+  ``meta.zero_init_head`` (bool) becomes ``meta.zero_init``, the head's patterns or ""."""
+  meta = values.get("meta")
+  if not isinstance(meta, dict) or not set(meta) & set(RENAMED["meta"]):
+    return values
+  meta = dict(meta)
+  if "zero_init_head" in meta:
+    head = meta.get("anil_head", meta.get("head", _LEARNER_DEFAULTS["head"]))
+    meta.setdefault("zero_init", str(head) if meta.pop("zero_init_head") else "")
+  for old, new in RENAMED["meta"].items():
+    if old in meta:
+      meta.setdefault(new, meta.pop(old))
+  return {**values, "meta": meta}
+
+
 def config_from_dict(values: Dict[str, Any], filled: Optional[List[str]] = None):
   """Rebuilds a config from ``config.to_dict()`` or its JSON (``workdir/config.json``).
 
   Fields take the types of :func:`base_config` (JSON lists become tuples again). Fields of
   the schema that ``values`` lacks (a workdir written before they existed) take their
   defaults, which keep the behaviour of the code that wrote it; their names are appended
-  to ``filled`` when a list is given.
+  to ``filled`` when a list is given. Fields written under a former name (:data:`RENAMED`)
+  are read under the new one.
 
   Raises:
     ConfigError: as :func:`validate`, for fields that are not in the schema.
   """
   import ml_collections  # pylint: disable=g-import-not-at-top
+  values = _renamed_fields(values)
 
   def convert(values, schema, prefix):
     out = ml_collections.ConfigDict()

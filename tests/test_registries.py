@@ -457,3 +457,24 @@ def test_another_learners_field_set_away_from_its_default_is_refused():
     config_lib.validate(c)
   c.meta.learner = "imaml"
   config_lib.validate(c)
+
+
+def test_the_command_line_and_an_old_workdirs_config_know_the_renamed_meta_fields():
+  """A flag with a former config.meta name is told the new one; a workdir's config.json
+  written before the rename is read under the new names (hypernet.evaluate, resuming)."""
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
+  c = _meta_config("imaml")
+  assert cli._field_error(c, "meta.imaml_lambda") == (  # pylint: disable=protected-access
+      "config.meta has no field 'imaml_lambda'. Did you mean config.meta.proximal_lambda?")
+  old = c.to_dict()
+  meta = old["meta"]
+  for new in ("proximal_lambda", "cg_steps", "head", "zero_init", "recompute", "scale",
+              "gate"):
+    del meta[new]
+  meta.update(imaml_lambda=2.0, imaml_cg_steps=3, anil_head="head/*", zero_init_head=True,
+              recompute_inner_steps=False, generator_scale=2.0, body_gate=0.5)
+  back = config_lib.config_from_dict(old)
+  assert (back.meta.proximal_lambda, back.meta.cg_steps, back.meta.zero_init,
+          back.meta.gate) == (2.0, 3, "head/*", 0.5)
+  meta["zero_init_head"] = False
+  assert config_lib.config_from_dict(old).meta.zero_init == ""

@@ -184,8 +184,10 @@ def _field_error(config, dotted: str) -> Optional[str]:
     keys = list(node.keys()) if hasattr(node, "keys") else []
     if part not in keys:
       nested = [f"{done}.{path}" for path in _leaf_paths(node) if path.endswith("." + part)]
-      close = difflib.get_close_matches(part, keys, n=1)
-      hint = (f" Did you mean {_either(nested)}?" if nested else
+      from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+      renamed = config_lib.RENAMED.get(done[len("config."):], {}).get(part)
+      close = [renamed] if renamed else difflib.get_close_matches(part, keys, n=1)
+      hint = (f" Did you mean {_either(nested)}?" if nested and not renamed else
               f" Did you mean {done}.{close[0]}?" if close else
               f" Its fields: {', '.join(sorted(keys))}." if keys else "")
       what = f"{done} has no field {part!r}." if keys else f"{done} is not a group of fields."
