@@ -385,12 +385,13 @@ def _check_meta_algorithms(config) -> None:
     if mc[name] and not plain:
       raise ConfigError(f"config.meta.{name}=True needs config.meta.learner 'maml' or "
                         f"'fomaml' (got {mc.learner!r}); set it to False.")
+  # One name per algorithm: first-order MAML is learner 'fomaml' (MAML's constructor
+  # argument first_order stays False from the config).
   if mc.first_order and mc.learner != "support_hypernet":
     fix = ("use config.meta.learner='fomaml'" if mc.learner == "maml" else
            "first-order variants: learner 'fomaml'")
-    raise ConfigError(f"config.meta.first_order=True is read by learner 'support_hypernet' "
-                      f"only; learner {mc.learner!r} would silently train second order: "
-                      f"{fix}, or set first_order=False.")
+    raise ConfigError(f"config.meta.first_order=True is for learner 'support_hypernet' "
+                      f"only; for learner {mc.learner!r} {fix}, or set first_order=False.")
   if mc.body_hypernet != "none" and (mc.learner != "support_hypernet"
                                      or config.hypernet.kind != "none"):
     raise ConfigError(f"config.meta.body_hypernet={mc.body_hypernet!r} generates the body "
