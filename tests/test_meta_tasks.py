@@ -244,6 +244,14 @@ def test_meta_configs_validate_and_build(name, data_dir):
   assert counts["trainable"] == sum(int(np.prod(v.shape)) for v in task.trainable_variables)
   if name.startswith("omniglot_20way"):
     assert len(task.runs) == 20
+  # The learner fields the configs set reach the constructor by their own names.
+  learner = task.learner
+  expected = {"omniglot_20way_maml": lambda: learner.untrained_paths == ["head/kernel",
+                                                                         "head/bias"],
+              "omniglot_imaml": lambda: (learner.proximal_lambda, learner.cg_steps) == (2, 5),
+              "omniglot_mamlpp": lambda: learner.recompute and learner.lslr,
+              "omniglot_support_target_hypernet": lambda: float(learner.gate) == 0.0}
+  assert expected.get(name, lambda: True)(), name
 
 
 def test_meta_config_errors_name_the_field(data_dir):

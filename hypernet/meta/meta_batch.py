@@ -233,8 +233,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
     A :class:`MetaBatchResult` ``(loss, metrics, state, per_task)``.
 
   Raises:
-    ValueError: a batch key is missing or shapes disagree; unknown ``parallel`` or
-      option.
+    ValueError: a batch key is missing or shapes disagree; unknown ``parallel`` or option.
     hypernet.meta.inner_loop.MissingInnerGradientError: from the learner.
   """
   if parallel not in PARALLEL:
