@@ -158,9 +158,18 @@ class ANIL(learner_lib.Learner):
     body: optional built model computing the features (sharing ``model``'s variables);
       with ``head_model``. Default: split a Sequential ``model`` at its first head layer.
     head_model: optional built model mapping features to outputs.
-    inner_lr, inner_steps, first_order, inner_training, exclude, zero_init, inner_rule,
-      inner_momentum, inner_beta1, inner_beta2, inner_epsilon, name: as
-      :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_lr: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_steps: as :class:`~hypernet.meta.inner_loop.MAML`.
+    first_order: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_training: as :class:`~hypernet.meta.inner_loop.MAML`.
+    exclude: as :class:`~hypernet.meta.inner_loop.MAML`.
+    zero_init: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_rule: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_momentum: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_beta1: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_beta2: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_epsilon: as :class:`~hypernet.meta.inner_loop.MAML`.
+    name: as :class:`~hypernet.meta.inner_loop.MAML`.
 
   Raises:
     ValueError: the head pattern matches nothing; the split is impossible (see

@@ -93,10 +93,13 @@ class ImplicitMAML(learner_lib.Learner):
     cg_steps: conjugate-gradient iterations per meta-gradient (int >= 1; the paper uses
       5 on Omniglot).
     lam: deprecated name of ``proximal_lambda`` (a ``DeprecationWarning``).
-    adapt, exclude, inner_training, zero_init, name: as
-      :class:`~hypernet.meta.inner_loop.MAML`; ``inner_lr`` (the step
-      size of the gradient descent on the regularised inner objective) and
-      ``inner_steps`` (its steps, int >= 1).
+    inner_lr: the step size of the gradient descent on the regularised inner objective.
+    inner_steps: its steps (int >= 1).
+    adapt: as :class:`~hypernet.meta.inner_loop.MAML`.
+    exclude: as :class:`~hypernet.meta.inner_loop.MAML`.
+    inner_training: as :class:`~hypernet.meta.inner_loop.MAML`.
+    zero_init: as :class:`~hypernet.meta.inner_loop.MAML`.
+    name: as :class:`~hypernet.meta.inner_loop.MAML`.
 
   Weights that are not adapted (``exclude``) are treated as constants of the inner
   problem: their meta-gradient is the query loss's direct gradient at ``phi*`` (the

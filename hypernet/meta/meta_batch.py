@@ -314,8 +314,8 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   the same loop iteration ``d(task_weight * L_t) / d(weights, variables)`` by a tape that
   sees only this task; the loop sums them: :func:`meta_batch_loss`'s gradient
   (``task_weight = 1/T``) up to float summation order, with the memory of one task
-  (Finn et al. 2017, Alg. 2 line 10, as their per-task ``backward()``).
-  Call it in a ``tf.function`` (eagerly the loop runs in Python; results are the same).
+  (Finn et al. 2017, Alg. 2 line 10, as their per-task ``backward()``). Call it in a
+  ``tf.function`` (eagerly the loop runs in Python; results are the same).
   No outer tape is needed: run a weight producer (hypernetwork) under your own tape and
   chain ``weight_grads`` through it with ``tape.gradient(..., output_gradients=)``.
 
@@ -326,21 +326,21 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     variables: ``tf.Variable`` s to differentiate as read inside the loop (e.g. the
       target's trainable variables and ``learner.trainable_variables``).
     weights: optional initial weights ``{path: tensor}`` shared by all tasks (e.g. a
-      hypernetwork's output), differentiated as given; other adapted paths are read
-      from the target's variables inside the loop.
+      hypernetwork's output), differentiated as given; other paths read in the loop.
     state: optional non-trainable state ``{path: tensor}``; default the target's.
     task_weight: scalar multiplying each task's loss before differentiation (e.g. a loss
       scale / the global meta-batch size); default ``1/T``.
-    query_training, accuracy: as :func:`meta_batch_loss`.
+    query_training: as :func:`meta_batch_loss`.
+    accuracy: as :func:`meta_batch_loss`.
     before_metrics: as :func:`meta_batch_loss` (off by default here).
     parallel_iterations: tasks in flight at once (1: memory of one task; more may overlap
       one task's forward pass with another's backward pass, with that many tasks' memory).
-    staggered: with ``parallel_iterations > 1``, a task's query pass waits until the
-      previous task's query gradient is done: one task's query activations (the large
-      ones) alive at a time, beside the previous task's second-order pass back through
-      its inner loop (the same gradient in two parts: ``_TaskGradients._staggered``).
-      Meant for second order (first order has no such pass to overlap).
-    msl_weights, adapt_options: as :func:`meta_batch_loss`.
+    staggered: with ``parallel_iterations > 1``, a task's query pass waits for the
+      previous task's query gradient: one task's query activations alive at a time,
+      beside the previous task's second-order pass back through its inner loop (meant
+      for second order; ``_TaskGradients._staggered``).
+    msl_weights: as :func:`meta_batch_loss`.
+    adapt_options: as :func:`meta_batch_loss`.
 
   Returns:
     A :class:`MetaBatchGradients`.

@@ -59,7 +59,10 @@ class SupportHypernetwork(learner_lib.Learner):
     inner_lr: their learning rate (float > 0).
     first_order: treat those steps' gradients as constants.
     seed: seed of the hypernetwork's initial weights (Glorot uniform for ``W1``).
-    inner_training, body, head_model, name: as :class:`~hypernet.meta.anil.ANIL`.
+    inner_training: as :class:`~hypernet.meta.anil.ANIL`.
+    body: as :class:`~hypernet.meta.anil.ANIL`.
+    head_model: as :class:`~hypernet.meta.anil.ANIL`.
+    name: as :class:`~hypernet.meta.anil.ANIL`.
 
   Raises:
     ValueError: ``inner_steps`` < 0, ``scale`` <= 0, a bad width, or a head that is not
