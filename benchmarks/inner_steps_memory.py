@@ -1,6 +1,6 @@
 """Second-order MAML: peak memory and meta-steps/s against the number of inner steps,
 with the inner steps kept for the backward pass (``stored``, the default) or recomputed
-in it (``recompute``, ``config.meta.recompute_inner_steps``,
+in it (``recompute``, ``config.meta.recompute``,
 :func:`hypernet.meta.inner_loop.inner_sgd_recompute`); and implicit MAML (``imaml``,
 :class:`hypernet.meta.implicit.ImplicitMAML`, 5 CG steps) for scale.
 
@@ -50,7 +50,7 @@ def worker(args) -> None:
   loss = "sparse_softmax_cross_entropy"
   if args.mode == "imaml":
     learner = implicit.ImplicitMAML(model, loss, inner_lr=0.1, inner_steps=args.inner_steps,
-                                    lam=1.0, cg_steps=5)
+                                    proximal_lambda=1.0, cg_steps=5)
   else:
     learner = inner_loop.MAML(model, loss, inner_lr=0.4, inner_steps=args.inner_steps,
                               recompute=args.mode == "recompute")

@@ -51,7 +51,11 @@ _LEARNER_DEFAULTS = LEARNERS.declared_defaults(_GROUP_DEFAULTS["meta"])
 # (hypernet/hypernetworks/source.py: build_weight_source, HypernetworkSource).
 _BUILDER_FIELDS = {"hypernet": ("kind", "targets", "train_rest", "quantize", "quantize_targets")}
 # Fields renamed to the constructors' names: an old name gets "Did you mean" the new one.
-RENAMED = {"meta": {"anil_head": "head", "zero_init_head": "zero_init",
+RENAMED = {"hypernet": {"chunk_center": "center", "chunk_emb_multiplier": "emb_multiplier",
+                        "chunk_head_precondition": "head_precondition",
+                        "chunk_condition_per_chunk": "condition_per_chunk",
+                        "static_hidden_dim": "hidden_dim", "slice_channels": "slice_in"},
+           "meta": {"anil_head": "head", "zero_init_head": "zero_init",
                     "recompute_inner_steps": "recompute", "imaml_lambda": "proximal_lambda",
                     "imaml_cg_steps": "cg_steps", "generator_scale": "scale",
                     "body_gate": "gate"}}
@@ -417,13 +421,16 @@ def check_learner_fields(config) -> None:
   Raises:
     ConfigError: naming the field, the learner's own fields and the default.
   """
-  mc = config.meta
-  own = _selected_fields("meta", mc.learner)
-  for name, default in _LEARNER_DEFAULTS.items():
-    value = tuple(mc[name]) if isinstance(mc[name], list) else mc[name]
-    if name not in own and value != default:
-      raise ConfigError(f"config.meta.{name}={mc[name]!r} is not read by learner "
-                        f"{mc.learner!r} (its fields: {sorted(own)}); set it back to "
+  _check_unread(config.meta, "meta", "learner", config.meta.learner, _LEARNER_DEFAULTS)
+
+
+def _check_unread(group, name: str, selector: str, value, defaults) -> None:
+  own = _selected_fields(name, value)
+  for field, default in defaults.items():
+    current = tuple(group[field]) if isinstance(group[field], list) else group[field]
+    if field in group and field not in own and current != default:
+      raise ConfigError(f"config.{name}.{field}={group[field]!r} is not read by {selector} "
+                        f"{value!r} (its fields: {sorted(own)}); set it back to "
                         f"{default!r}.")
 
 
@@ -662,18 +669,26 @@ def hparams(config) -> Dict[str, Any]:
 
 def _renamed_fields(values: Dict[str, Any]) -> Dict[str, Any]:
   """``values`` with the :data:`RENAMED` fields under their new names; the former
-  ``meta.zero_init_head`` (bool) becomes ``meta.zero_init``, the head's patterns or ""."""
-  meta = values.get("meta")
-  if not isinstance(meta, dict) or not set(meta) & set(RENAMED["meta"]):
-    return values
-  meta = dict(meta)
-  if "zero_init_head" in meta:
-    head = meta.get("anil_head", meta.get("head", _LEARNER_DEFAULTS["head"]))
-    meta.setdefault("zero_init", str(head) if meta.pop("zero_init_head") else "")
-  for old, new in RENAMED["meta"].items():
-    if old in meta:
-      meta.setdefault(new, meta.pop(old))
-  return {**values, "meta": meta}
+  ``meta.zero_init_head`` (bool) becomes ``meta.zero_init``, the head's patterns or "",
+  and ``hypernet.slice_channels`` (two ints) ``hypernet.slice_in`` / ``slice_out``."""
+  out = dict(values)
+  for group, renames in RENAMED.items():
+    fields = values.get(group)
+    if not isinstance(fields, dict) or not set(fields) & set(renames):
+      continue
+    fields = dict(fields)
+    if "zero_init_head" in fields:
+      head = fields.get("anil_head", fields.get("head", _LEARNER_DEFAULTS["head"]))
+      fields.setdefault("zero_init", str(head) if fields.pop("zero_init_head") else "")
+    if "slice_channels" in fields:
+      slice_in, slice_out = (int(c) for c in fields.pop("slice_channels"))
+      fields.setdefault("slice_in", slice_in)
+      fields.setdefault("slice_out", slice_out)
+    for old, new in renames.items():
+      if old in fields:
+        fields.setdefault(new, fields.pop(old))
+    out[group] = fields
+  return out
 
 
 def config_from_dict(values: Dict[str, Any], filled: Optional[List[str]] = None):

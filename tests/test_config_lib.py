@@ -466,3 +466,22 @@ def test_a_workdir_config_older_than_new_fields_reads_with_their_defaults(tmp_pa
   values["meta"]["not_a_field"] = 1
   with pytest.raises(config_lib.ConfigError, match=r"config\.meta\.not_a_field"):
     config_lib.config_from_dict(values)
+
+
+def test_an_old_workdirs_hypernet_fields_are_read_under_their_new_names():
+  """A run written before the hypernetwork fields took their constructors' names resumes
+  and evaluates with the same values (config.json holds the former names)."""
+  old = config_lib.base_config().to_dict()
+  hyper = old["hypernet"]
+  for new in ("center", "emb_multiplier", "head_precondition", "condition_per_chunk",
+              "hidden_dim", "slice_in", "slice_out"):
+    hyper.pop(new)
+  hyper.update(chunk_center=False, chunk_emb_multiplier=3.0, chunk_head_precondition=0.5,
+               chunk_condition_per_chunk=True, static_hidden_dim=7, slice_channels=[8, 4])
+  filled = []
+  c = config_lib.config_from_dict(old, filled)
+  config_lib.validate(c)
+  h = c.hypernet
+  assert (h.center, h.emb_multiplier, h.head_precondition, h.condition_per_chunk,
+          h.hidden_dim, h.slice_in, h.slice_out) == (False, 3.0, 0.5, True, 7, 8, 4)
+  assert not [f for f in filled if f.startswith("hypernet.")], filled

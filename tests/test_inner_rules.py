@@ -247,3 +247,33 @@ def test_every_registered_learner_builds_through_keras_and_the_config():
     config = config_lib.base_config()
     config.meta.learner = name
     assert type(meta_learning.make_learner(config, target, "mse")) is cls
+
+
+# ------------------------------------------------------------------ the protocol.
+
+def test_a_learner_is_a_weight_source_whose_context_is_a_support_set():
+  import hypernet as hn  # pylint: disable=import-outside-toplevel
+  tf.random.set_seed(0)
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
+  maml = hn.meta.MAML(model, "mse", inner_lr=0.1, inner_steps=1)
+  assert isinstance(maml, hn.WeightSource) and maml.target is model
+  x = tf.constant(np.random.default_rng(0).normal(size=(4, 3)), tf.float32)
+  y = tf.constant(np.random.default_rng(1).normal(size=(4, 2)), tf.float32)
+  fast = maml.weights((x, y))
+  w, b = model.get_weights()
+  grad_w = 2 * x.numpy().T @ (x.numpy() @ w + b - y.numpy()) / y.numpy().size
+  np.testing.assert_allclose(fast["out/kernel"].numpy(), w - 0.1 * grad_w, rtol=1e-5)
+
+
+def test_an_adapt_that_returns_the_wrong_thing_is_named_in_one_line():
+  import hypernet as hn  # pylint: disable=import-outside-toplevel
+
+  class OnlyFastWeights(hn.meta.Learner):
+    def adapt(self, support_x, support_y, weights=None, state=None, **options):
+      return self.initial_weights(weights)          # forgot the state
+
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
+  learner = OnlyFastWeights(model, "mse")
+  with pytest.raises(ValueError, match=r"OnlyFastWeights.adapt returned a dict; it must "
+                     r"return \(fast_weights, state\)"):
+    learner.adapt(tf.zeros((4, 3)), tf.zeros((4, 2)))

@@ -40,8 +40,12 @@ def load_object(spec: str, field: str):
   try:
     module = importlib.import_module(module_name)
   except Exception as e:  # pylint: disable=broad-except
+    missing = isinstance(e, ModuleNotFoundError) and e.name is not None and (
+        module_name == e.name or module_name.startswith(e.name + "."))
+    fix = ("put it on PYTHONPATH or install it" if missing else
+           "the module was found, but importing it failed: fix that error")
     raise PluginError(f"{field}={spec!r}: cannot import module {module_name!r} "
-                      f"({type(e).__name__}: {e}); put it on PYTHONPATH or install it.") from e
+                      f"({type(e).__name__}: {e}); {fix}.") from e
   value = module
   for part in attribute.split("."):
     if not hasattr(value, part):

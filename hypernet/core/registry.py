@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -103,8 +104,10 @@ class Registry:
     return plugins.load_object(self.base, "base") if self.base else None
 
   def _unknown(self, spec, known) -> plugins.PluginError:
+    close = difflib.get_close_matches(str(spec), list(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
     return plugins.PluginError(f"{self.field}={spec!r} is not a known {self.family}; known: "
-                               f"{list(known)}, or {self.own}.")
+                               f"{list(known)}, or {self.own}.{hint}")
 
   def get(self, spec) -> Type[Any]:
     """The entry for ``spec``: a registered name, ``"package.module:Class"``, or the class
@@ -228,34 +231,21 @@ class Registry:
     return out
 
   def declared_fields(self, spec: str) -> Dict[str, Any]:
-    """The config fields of ``spec`` (a registered name or ``"package.module:Class"``),
-    read from source without importing it (see :meth:`declared`); a plug-in's class may
-    subclass a class of ``package`` (whose fields it inherits through ``**kwargs``).
+    """The config fields of ``spec``: a registered name's read from source without
+    importing it (see :meth:`declared`); a plug-in ``"package.module:Class"`` is imported
+    (the user's module may import TensorFlow) and its constructor read as
+    :meth:`config_fields` does, so its own base classes, aliases and re-exports count.
 
     Raises:
-      plugins.PluginError: an unknown name, a plug-in module that cannot be found, or no
-        class (function) of that name in it; each one line naming :attr:`field`.
+      plugins.PluginError: an unknown name, a plug-in that cannot be imported or is not
+        a subclass of ``base``; each one line naming :attr:`field`.
     """
     if not plugins.is_plugin(spec):
       known = self.declared()
       if spec not in known:
         raise self._unknown(spec, known)
       return known[spec]
-    module_name, _, attr = str(spec).partition(":")
-    try:
-      found = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-      found = None
-    if found is None or not found.origin or not found.origin.endswith(".py"):
-      raise plugins.PluginError(
-          f"{self.field}={spec!r}: no module {module_name!r} on the path; put it on "
-          "PYTHONPATH or install it.")
-    defs, _ = _package_defs(self.package)
-    own = _module_defs(found.origin)
-    if attr not in own:
-      raise plugins.PluginError(f"{self.field}={spec!r}: module {module_name!r} defines no "
-                                f"class {attr!r}.")
-    return _declared_fields(own[attr], {**defs, **own})
+    return self.config_fields(spec)
 
   def plugin_schema(self, spec: str, group: Mapping[str, Any]) -> Dict[str, Any]:
     """The schema entries (``{field: default}``, ``None`` for a required one) of the

@@ -7,6 +7,7 @@ through :func:`hypernet.core.functional.functional_call`. Hypernetworks
 """
 from __future__ import annotations
 
+import abc
 from typing import Dict, List
 
 import keras
@@ -16,9 +17,11 @@ import tensorflow as tf
 from hypernet.core import functional
 
 
-class WeightSource:
+class WeightSource(abc.ABC):
   """Base class of the weight sources. Subclasses set ``generated_paths`` and implement
-  :meth:`weights` (and :attr:`own_variables` when they have parameters).
+  :meth:`weights` (and :attr:`own_variables` when they have parameters). The inner-loop
+  learners (:class:`hypernet.meta.Learner`, registered as virtual subclasses) are weight
+  sources whose context is a support set.
 
   Target weights the source does not produce are read from the target's own variables,
   and are trained directly unless ``train_rest`` is False.

@@ -16,6 +16,8 @@ from hypernet.core.registry import Registry
 # "package.module:function" are plug-ins (hypernet/data/plugins.py).
 DATASETS = Registry("data set", "config.data.name", "hypernet.data",
                     own="'tfds:NAME' or your own loader as 'package.module:function'")
+"""The classification data sets by ``config.data.name`` (``@DATASETS.register("name")`` on
+a loader in ``hypernet/data/``): ``digits``, ``mnist``, ``fashion_mnist``."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,8 @@ from hypernet.core.registry import Registry
 # user's own subclass of :class:`Hypernetwork` is ``"package.module:Class"``.
 KINDS = Registry("hypernetwork kind", "config.hypernet.kind", "hypernet.hypernetworks",
                  base="hypernet.hypernetworks.base:Hypernetwork")
+"""The hypernetwork kinds by ``config.hypernet.kind`` (``@KINDS.register("name")`` on a
+:class:`Hypernetwork` in ``hypernet/hypernetworks/``), or ``"package.module:Class"``."""
 
 _warned_no_roles = []
 

@@ -9,13 +9,14 @@ and ``hn.keras.MetaModel`` use learners through this protocol only.
 from __future__ import annotations
 
 import abc
+import functools
 import types
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import keras
 import tensorflow as tf
 
-from hypernet.core import functional
+from hypernet.core import functional, plugins, source
 from hypernet.core.registry import Registry
 from hypernet.meta import losses
 
@@ -23,6 +24,8 @@ Weights = Mapping[str, tf.Tensor]
 
 LEARNERS = Registry("learner", "config.meta.learner", "hypernet.meta",
                     base="hypernet.meta.learner:Learner")
+"""The learners by ``config.meta.learner`` (``@LEARNERS.register("name")`` on a
+:class:`Learner` in ``hypernet/meta/``), or ``"package.module:Class"`` for your own."""
 
 
 class Learner(tf.Module, abc.ABC):
@@ -65,6 +68,36 @@ class Learner(tf.Module, abc.ABC):
     super().__init__(name=name)
     self._model = model
     self.loss_fn = losses.get_loss(loss_fn)
+
+  def __init_subclass__(cls, **kwargs):
+    """Checks what a subclass's :meth:`adapt` returns (a learner of the user's fails in
+    one line naming it, not deep inside the meta-batch code)."""
+    super().__init_subclass__(**kwargs)
+    adapt = cls.__dict__.get("adapt")
+    if adapt is None or getattr(adapt, "__isabstractmethod__", False):
+      return
+
+    @functools.wraps(adapt)
+    def checked(self, *args, **kw):
+      return _check_adapted(type(self), adapt(self, *args, **kw))
+    cls.adapt = checked
+
+  # -- the weight-source protocol (hypernet.core.source.WeightSource) ----------------------
+  @property
+  def target(self) -> keras.Model:
+    """The target network (the weight-source protocol's name for :attr:`model`)."""
+    return self._model
+
+  @property
+  def own_variables(self) -> List[tf.Variable]:
+    """The learner's own parameters (learned rates, generators, ...)."""
+    return list(self.trainable_variables)
+
+  def weights(self, context) -> Dict[str, tf.Tensor]:
+    """The weight-source protocol: ``context = (support_x, support_y)``, the fast weights
+    ``{path: tensor}`` after :meth:`adapt` from the target's own variables."""
+    support_x, support_y = context
+    return self.adapt(support_x, support_y)[0]
 
   @property
   def model(self) -> keras.Model:
@@ -120,6 +153,21 @@ class Learner(tf.Module, abc.ABC):
     and the state after the last step; read with :attr:`multi_step_loss`."""
     fast, state = self.adapt(support_x, support_y, weights, state, **options)
     return [fast], state
+
+
+source.WeightSource.register(Learner)
+
+
+def _check_adapted(cls, result):
+  """``result`` of ``cls.adapt`` if it is ``(fast_weights, state)`` with two mappings."""
+  if (isinstance(result, (tuple, list)) and len(result) == 2
+      and isinstance(result[0], Mapping) and isinstance(result[1], (Mapping, type(None)))):
+    return result
+  what = (f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list))
+          else f"a {type(result).__name__}")
+  raise plugins.PluginError(
+      f"config.meta.learner: {cls.__name__}.adapt returned {what}; it must return "
+      "(fast_weights, state): two dicts {path: tensor} (hypernet.meta.Learner.adapt).")
 
 
 def check_int(name: str, value, least: int) -> int:

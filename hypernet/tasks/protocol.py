@@ -12,6 +12,8 @@ from hypernet.core import functional
 from hypernet.core.registry import Registry
 
 TASKS = Registry("task", "config.task", "hypernet.tasks", base="hypernet.tasks.protocol:Task")
+"""The built-in tasks by ``config.task`` (``@TASKS.register("name")`` on a :class:`Task` in
+``hypernet/tasks/``); a user's task is ``"package.module:Class"`` (:func:`build_task`)."""
 
 
 class Task(abc.ABC):

@@ -299,8 +299,9 @@ def user_errors() -> tuple:
   without a Python traceback (``--traceback`` shows it). TensorFlow-free: the errors of
   modules that import TensorFlow are included once they are loaded."""
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
   from hypernet.training import export  # pylint: disable=g-import-not-at-top
-  errors = [config_lib.ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError,
+  errors = [config_lib.ConfigError, plugins.PluginError, FileNotFoundError, FileExistsError, NotADirectoryError,
             export.ExportPathError, export.ExportConditionError, export.NotExportableError]
   for module, name in (("hypernet.training.checkpoints", "WorkdirInUseError"),
                        ("hypernet.training.loop", "NonFiniteLossError"),
