@@ -147,7 +147,7 @@ class HeadSplit:
 
 
 @learner_lib.LEARNERS.register("anil")
-class ANIL(learner_lib.Learner):
+class ANIL(learner_lib.AdaptsPaths, learner_lib.Learner):
   """ANIL (Raghu et al. 2020): MAML adapting only the head, the body run once.
 
   Args:
@@ -218,16 +218,6 @@ class ANIL(learner_lib.Learner):
   def head_model(self) -> keras.Model:
     """The adapted part: features -> outputs."""
     return self.split.head
-
-  @property
-  def untrained_paths(self) -> List[str]:
-    """The zero-initialised paths: their variables are never read (not meta-trained)."""
-    return list(self.zero_init_paths)
-
-  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-    """As :meth:`hypernet.meta.inner_loop.MAML.initial_weights` (the head's paths)."""
-    return learner_lib.initial_weights(self._model, weights, self.adapted_paths,
-                                       self.zero_init_paths)
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
             state: Optional[Weights] = None, **options

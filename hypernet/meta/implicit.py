@@ -74,7 +74,7 @@ def conjugate_gradient(matvec, b: List[tf.Tensor], steps: int) -> List[tf.Tensor
 
 
 @learner_lib.LEARNERS.register("imaml")
-class ImplicitMAML(learner_lib.Learner):
+class ImplicitMAML(learner_lib.AdaptsPaths, learner_lib.Learner):
   """Implicit MAML: proximal inner problem, meta-gradient by CG (module doc).
 
   ``adapt`` returns the approximate inner solution ``phi*`` as the fast weights; an
@@ -136,16 +136,6 @@ class ImplicitMAML(learner_lib.Learner):
     second_order.check_second_order(model, f"Second-order {type(self).__name__}")
     self.adapted_paths, self.zero_init_paths = learner_lib.select_adapted(
         model, adapt, exclude, zero_init)
-
-  @property
-  def untrained_paths(self) -> List[str]:
-    """The zero-initialised paths: their variables are never read (not meta-trained)."""
-    return list(self.zero_init_paths)
-
-  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-    """As :meth:`hypernet.meta.inner_loop.MAML.initial_weights`."""
-    return learner_lib.initial_weights(self._model, weights, self.adapted_paths,
-                                       self.zero_init_paths)
 
   def _support_loss(self, weights, params, sx, sy, state, training):
     call_weights = dict(weights)

@@ -529,7 +529,7 @@ def expose_rule_variables(learner, rule: rules.InnerRule) -> None:
 
 
 @learner_lib.LEARNERS.register("maml")
-class MAML(learner_lib.Learner):
+class MAML(learner_lib.AdaptsPaths, learner_lib.Learner):
   """Model-Agnostic Meta-Learning (Finn et al. 2017), second order by default.
 
   ``adapt`` runs ``inner_steps`` of the inner update rule, by default plain SGD
@@ -624,24 +624,6 @@ class MAML(learner_lib.Learner):
   def lslr(self) -> bool:
     """Whether the rule is MAML++'s LSLR."""
     return isinstance(self.rule, rules.LSLR)
-
-  @property
-  def untrained_paths(self) -> List[str]:
-    """The zero-initialised paths: their variables are never read (not meta-trained)."""
-    return list(self.zero_init_paths)
-
-  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-    """The initial weights as tensors: ``weights`` plus the adapted paths it lacks.
-
-    Adapted paths missing from ``weights`` are read from the target's variables (a
-    variable read, so an outer tape differentiates back to the variable); ``zero_init``
-    paths are zeros.
-
-    Raises:
-      ValueError: a path of ``weights`` is not a variable of the target.
-    """
-    return learner_lib.initial_weights(self._model, weights, self.adapted_paths,
-                                       self.zero_init_paths)
 
   def inner_learning_rates(self, steps: Optional[int] = None):
     """The rule's learning rates in :func:`step_learning_rate`'s forms (``steps``: the

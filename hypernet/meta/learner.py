@@ -158,6 +158,33 @@ class Learner(tf.Module, abc.ABC):
 source.WeightSource.register(Learner)
 
 
+class AdaptsPaths:
+  """For a learner whose constructor sets ``adapted_paths`` (the paths the inner loop
+  adapts) and ``zero_init_paths`` (those that start every task at zero), e.g. from
+  :func:`select_adapted`: the two members of :class:`Learner` that follow from them.
+  Put it before :class:`Learner` among the bases."""
+
+  adapted_paths: List[str]
+  zero_init_paths: List[str]
+
+  @property
+  def untrained_paths(self) -> List[str]:
+    """The zero-initialised paths: their variables are never read (not meta-trained)."""
+    return list(self.zero_init_paths)
+
+  def initial_weights(self, weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+    """The initial weights as tensors: ``weights`` plus the adapted paths it lacks.
+
+    Adapted paths missing from ``weights`` are read from the target's variables (a
+    variable read, so an outer tape differentiates back to the variable); ``zero_init``
+    paths are zeros.
+
+    Raises:
+      ValueError: a path of ``weights`` is not a variable of the target.
+    """
+    return initial_weights(self._model, weights, self.adapted_paths, self.zero_init_paths)
+
+
 def _check_adapted(cls, result):
   """``result`` of ``cls.adapt`` if it is ``(fast_weights, state)`` with two mappings."""
   if (isinstance(result, (tuple, list)) and len(result) == 2
