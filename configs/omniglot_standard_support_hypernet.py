@@ -1,0 +1,40 @@
+"""Support-conditioned hypernetwork on Omniglot's standard split (Vinyals et al. 2016).
+
+All 1,623 characters of ``images_background.zip`` + ``images_evaluation.zip`` at 28x28.
+The split: the characters sorted by name (``Alphabet/characterNN``), permuted by
+``numpy.random.default_rng(data.split_seed)``, the first 423 of the permutation held out
+for meta-testing and the other 1,200 meta-trained
+(:func:`hypernet.data.omniglot.split_by_character`); then each character's four
+rotations (0/90/180/270) become four classes: 4,800 meta-training and 1,692 meta-test
+classes, no meta-test character in meta-training. ``data.split_seed`` is fixed at 0 and
+does not follow ``config.seed``, so every seed meets the same split.
+
+One model per seed serves all four settings (as Snell et al. 2017 test a model at other
+ways than it was trained at): meta-trained on 40-way 1-shot episodes across all
+alphabets (two a meta-step, every drawing distorted as Koch et al. 2015), then tested on
+1,000 fixed episodes each of 5-way 1-shot (the training run's own evaluation), and with
+``experiments/omniglot_standard.py`` 5-way 5-shot, 20-way 1-shot and 20-way 5-shot
+(``python -m hypernet.evaluate --set meta.num_ways=20 ...``), 15 queries per class.
+
+    python -m hypernet.train --config=configs/omniglot_standard_support_hypernet.py \
+        --workdir=/tmp/hypernet/omniglot_standard_support_hypernet \
+        --config.data.data_dir=PATH/TO/omniglot
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.sibling_config(__file__, "omniglot_support_hypernet")
+  c.data.omniglot_zips = "images_background.zip,images_evaluation.zip"
+  c.data.num_test_characters = 423   # 1,623 - 1,200 (Vinyals et al. 2016; Finn et al.)
+  c.data.split_seed = 0
+  c.meta.num_ways = 5
+  c.meta.num_shots = 1
+  c.meta.train_ways = 40
+  c.meta.eval_queries = 15
+  c.meta.eval_episodes = 1000
+  c.batch_size = 2
+  c.eval_batch_size = 50
+  c.num_steps = 5000
+  c.eval_every = 1000
+  return c
