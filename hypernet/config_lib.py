@@ -334,6 +334,12 @@ def _check_augment(config) -> None:
                         f"(config.task='few_shot'); set it to 0 for task {config.task!r}.")
 
 
+# Learners that write the head per task from the support set's class prototypes
+# (hypernet/meta/support_hypernet.py, protonet.py): trained at more ways than tested
+# (meta.train_ways, the head masks the classes an episode lacks), no 'before' metrics.
+_PROTOTYPE_HEAD_LEARNERS = ("support_hypernet", "protonet")
+
+
 def _check_meta(config) -> None:
   mc = config.meta
   # The support-conditioned hypernetwork may skip the inner loop (0 inner steps).
@@ -351,15 +357,15 @@ def _check_meta(config) -> None:
     raise ConfigError(f"config.meta.inner_lr must be a positive finite number (the inner "
                       f"loop's step size), got {mc.inner_lr!r}.")
   _positive_ints(config, "meta", ("train_ways",), 0, " (0: num_ways.)")
-  if mc.get("train_ways", 0) and (mc.learner != "support_hypernet"
+  if mc.get("train_ways", 0) and (mc.learner not in _PROTOTYPE_HEAD_LEARNERS
                                   or config.task != "few_shot"):
     raise ConfigError(
         f"config.meta.train_ways={mc.train_ways} needs config.meta.learner="
-        f"'support_hypernet' on task 'few_shot' (got {mc.learner!r}, {config.task!r}): "
-        "other learners adapt an N-way head; set train_ways=0.")
-  if mc.get("train_before_metrics", False) and mc.learner == "support_hypernet":
+        f"'support_hypernet' or 'protonet' on task 'few_shot' (got {mc.learner!r}, "
+        f"{config.task!r}): other learners adapt an N-way head; set train_ways=0.")
+  if mc.get("train_before_metrics", False) and mc.learner in _PROTOTYPE_HEAD_LEARNERS:
     raise ConfigError(
-        "config.meta.train_before_metrics=True with config.meta.learner='support_hypernet': "
+        f"config.meta.train_before_metrics=True with config.meta.learner={mc.learner!r}: "
         "its head is generated per task, so there is no 'before' to log; set it to False.")
   _check_meta_algorithms(config)
   check_learner_fields(config)
@@ -594,7 +600,9 @@ def _meta_field_used(config, name: str) -> bool:
     return False
   if name in _FEW_SHOT_FIELDS and config.task != "few_shot":
     return False
-  if name in ("train_ways", "body_hypernet"):
+  if name == "train_ways":
+    return mc.learner in _PROTOTYPE_HEAD_LEARNERS
+  if name == "body_hypernet":
     return mc.learner == "support_hypernet"
   if name in ("body_targets", "gate"):   # SupportTargetHypernetwork's.
     return mc.learner == "support_hypernet" and mc.body_hypernet != "none"
@@ -872,8 +880,9 @@ def _meta_defaults(c) -> None:
   c.meta = ml_collections.ConfigDict()
   c.meta.learner = "maml"      # a registered learner (CHOICES) | pkg.mod:Class
   c.meta.num_ways = 5          # N (few_shot)
-  c.meta.train_ways = 0        # support_hypernet: N of meta-training episodes (0: num_ways);
-  # more than num_ways trains with higher way (Snell et al. 2017), the head sized for both
+  c.meta.train_ways = 0        # N of meta-training episodes (0: num_ways); more than
+  # num_ways trains with higher way (Snell et al. 2017), the head sized for both
+  # (support_hypernet and protonet)
   c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
   c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
   c.meta.eval_queries = 1      # query examples per class in meta-testing

@@ -255,7 +255,7 @@ class HyperModel(keras.Model):
 def make_learner(target: keras.Model, learner, loss, **kwargs):
   """The inner-loop learner ``learner`` for ``target``, from the learners' registry
   (:data:`hypernet.meta.LEARNERS`): a registered name (``"maml"``, ``"fomaml"``,
-  ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"imaml"``),
+  ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"protonet"``, ``"imaml"``),
   ``"package.module:Class"``, or a :class:`hypernet.meta.Learner` subclass; ``kwargs``
   go to its constructor.
 
@@ -291,8 +291,9 @@ class MetaModel(keras.Model):
     after adaptation) and, for classification, ``accuracy``.
   * ``test_step``: the same tasks adapted without an update (with ``eval_inner_steps``
     inner steps): ``loss``, ``accuracy`` after adaptation and ``loss_before`` /
-    ``accuracy_before`` at the initial weights (not for ``"support_hypernet"``, whose
-    head is generated per task: the target's own head is never used).
+    ``accuracy_before`` at the initial weights (not for ``"support_hypernet"`` and
+    ``"protonet"``, whose head is generated per task: the target's own head is never
+    used).
   * ``call({"support_x", "support_y", "query_x"})``: the query outputs after adaptation,
     ``[T, N*Q, outputs]`` (``predict``).
 
@@ -303,9 +304,9 @@ class MetaModel(keras.Model):
     target: a built Keras model (or its serialised config); its trainable weights are the
       meta-learned initialisation.
     learner: a registered learner's name (``"maml"``, ``"fomaml"``, ``"metasgd"``,
-      ``"anil"``, ``"support_hypernet"``, ``"imaml"``: :data:`hypernet.meta.LEARNERS`),
-      your own :class:`hypernet.meta.Learner` subclass, or it as
-      ``"package.module:Class"``.
+      ``"anil"``, ``"support_hypernet"``, ``"protonet"``, ``"imaml"``:
+      :data:`hypernet.meta.LEARNERS`), your own :class:`hypernet.meta.Learner`
+      subclass, or it as ``"package.module:Class"``.
     loss: ``"sparse_softmax_cross_entropy"`` (classification, adds accuracy) or ``"mse"``.
     learner_args: keyword arguments of the learner (``inner_lr``, ``inner_steps``,
       ``adapt``, ``head``, ...).

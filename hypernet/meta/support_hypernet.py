@@ -34,8 +34,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet.core import functional
-from hypernet.meta import anil, rules
+from hypernet.meta import protonet, rules
 from hypernet.meta import learner as learner_lib
 
 Weights = Dict[str, tf.Tensor]
@@ -98,29 +97,16 @@ class SupportHypernetwork(learner_lib.Learner):
     self.rule = rules.SGD(self.inner_lr)
     # Only the head is differentiated twice here (and not at all with inner_steps=0):
     # no second-order check of the whole target.
-    self.adapted_paths = functional.select_paths(model, head, trainable=True)
-    if not self.adapted_paths:
-      raise ValueError(
-          f"adapt={head!r} with exclude=() selects no weight of model "
-          f"{model.name!r}; available: {list(functional.variable_paths(model, True))}")
-    self.split = anil.HeadSplit(model, self.adapted_paths, body, head_model)
+    layout = protonet.dense_head(model, head, body, head_model)
+    self.adapted_paths = layout.paths
+    self.split = layout.split
     self._body, self._head = self.split.body, self.split.head  # Checkpointed as before.
-    variables = functional.variable_paths(model)
-    kernels = [p for p in self.adapted_paths if len(variables[p].shape) == 2]
-    biases = [p for p in self.adapted_paths if len(variables[p].shape) == 1]
-    if len(kernels) != 1 or len(biases) != 1 or len(self.adapted_paths) != 2:
-      raise ValueError(
-          f"The head {self.adapted_paths} must be one Dense layer: one kernel [D, N] and "
-          "one bias [N] (set head= to its two paths).")
-    self.kernel_path, self.bias_path = kernels[0], biases[0]
+    self.kernel_path, self.bias_path = layout.kernel_path, layout.bias_path
     # The head's own variables are replaced by the generated weights (not trained).
     self.generated_paths = [self.kernel_path, self.bias_path]
-    dim, self.num_ways = (int(d) for d in variables[self.kernel_path].shape)
-    if tuple(variables[self.bias_path].shape) != (self.num_ways,):
-      raise ValueError(f"Head bias {self.bias_path} has shape "
-                       f"{tuple(variables[self.bias_path].shape)}, expected ({self.num_ways},).")
+    dim, self.num_ways = layout.dim, layout.num_ways
     self.generator_widths = widths
-    self._make_generator(dim, tf.as_dtype(variables[self.kernel_path].dtype), seed, scale)
+    self._make_generator(dim, layout.dtype, seed, scale)
 
   def _make_generator(self, dim: int, dtype, seed: int, scale: float) -> None:
     with self.name_scope:
@@ -180,17 +166,7 @@ class SupportHypernetwork(learner_lib.Learner):
     Raises:
       InvalidArgumentError: a class below the largest label has no support example.
     """
-    labels = tf.cast(labels, tf.int32)
-    sums = tf.math.unsorted_segment_sum(features, labels, self.num_ways)
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(labels, features.dtype), labels,
-                                          self.num_ways)
-    present = counts > 0                                     # classes 0..n-1
-    used = tf.range(self.num_ways) <= tf.reduce_max(labels)
-    tf.debugging.assert_equal(
-        tf.logical_or(present, tf.logical_not(used)), tf.ones_like(present),
-        message="A class of the episode has no support example: the labels must be "
-        "0..n-1 (n <= the head's N outputs), each with K >= 1 support examples.")
-    protos = sums / tf.maximum(counts, 1)[:, None]           # [N, D]
+    protos, present = protonet.class_prototypes(features, labels, self.num_ways)
     h = protos
     for w, b in self.generator[:-1]:
       h = tf.nn.relu(tf.matmul(h, w) + b)
@@ -199,11 +175,8 @@ class SupportHypernetwork(learner_lib.Learner):
     rows = protos + delta[:, :-1]
     bias = -0.5 * tf.reduce_sum(tf.square(rows), axis=-1) + delta[:, -1]
     scale = tf.exp(self.log_scale)
-    rows = tf.where(present[:, None], rows, tf.zeros_like(rows))
-    bias = tf.where(present, scale * bias,
-                    tf.fill(tf.shape(bias), tf.constant(0.5 * features.dtype.min,
-                                                        features.dtype)))
-    return {self.kernel_path: scale * tf.transpose(rows), self.bias_path: bias}
+    kernel, bias = protonet.prototype_head(scale * rows, scale * bias, present)
+    return {self.kernel_path: kernel, self.bias_path: bias}
 
   def adapt(self, support_x, support_y, weights: Optional[Weights] = None,
             state: Optional[Weights] = None, **options

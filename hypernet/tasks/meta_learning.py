@@ -264,7 +264,8 @@ def train_ways(config) -> int:
 def head_ways(config) -> int:
   """The target head's outputs for a few-shot config: ``config.meta.num_ways``, or
   ``config.meta.train_ways`` where that is larger (the support-conditioned hypernetwork
-  masks the classes an episode does not have)."""
+  and Prototypical Networks write the head from the support set's prototypes per task
+  and mask the classes an episode does not have; for them the head is no parameter)."""
   return max(int(config.meta.num_ways), train_ways(config))
 
 
@@ -330,7 +331,8 @@ def _body_hypernetwork(config, target: keras.Model):
 def make_learner(config, target: keras.Model, loss) -> meta.Learner:
   """The inner-loop learner named by ``config.meta.learner`` for ``target``, from the
   learners' registry (:data:`hypernet.meta.LEARNERS`): a built-in name (``"maml"``,
-  ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"imaml"``) or your
+  ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"protonet"``,
+  ``"imaml"``) or your
   own :class:`hypernet.meta.Learner` subclass as ``"package.module:Class"``, whose
   constructor gets ``model``, ``loss_fn``, ``seed`` (``config.seed``, where it takes one)
   and the ``config.meta`` fields of its other arguments' names. ``"support_hypernet"``

@@ -88,13 +88,13 @@ class NotExportableError(ValueError):
 def exportable(config) -> bool:
   """Whether a run's target network is one set of weights that can be exported.
 
-  Not for the support-conditioned hypernetwork (``config.meta.learner=
-  "support_hypernet"``): it generates the classifier head from each task's support set
-  and never trains the target's own head variable, so a file of the target would
-  classify with an untrained head.
+  Not for the support-conditioned hypernetwork and Prototypical Networks
+  (``config.meta.learner="support_hypernet"`` or ``"protonet"``): they generate the
+  classifier head from each task's support set and never train the target's own head
+  variable, so a file of the target would classify with an untrained head.
   """
   return not (config.task in ("few_shot", "sinusoid")
-              and config.meta.learner == "support_hypernet")
+              and config.meta.learner in ("support_hypernet", "protonet"))
 
 
 def check_exportable(config) -> None:
@@ -105,9 +105,10 @@ def check_exportable(config) -> None:
   """
   if not exportable(config):
     raise NotExportableError(
-        "--export: config.meta.learner='support_hypernet' generates the head from each "
-        "task's support set, so the run has no single target network to export; score it "
-        "without --export, or train with hypernet.keras.MetaModel and save that model.")
+        f"--export: config.meta.learner={config.meta.learner!r} generates the head from "
+        "each task's support set, so the run has no single target network to export; "
+        "score it without --export, or train with hypernet.keras.MetaModel and save that "
+        "model.")
 
 
 def check_condition(config, condition: Optional[int]) -> None:
