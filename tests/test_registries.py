@@ -358,7 +358,8 @@ def _meta_config(learner):
 
 
 def test_the_registry_lists_the_learners_and_the_schema_reads_the_same_ones():
-  assert LEARNERS == ("anil", "fomaml", "imaml", "maml", "metasgd", "support_hypernet")
+  assert LEARNERS == ("anil", "fomaml", "imaml", "maml", "metasgd", "protonet",
+                      "support_hypernet")
   selector, twin = config_lib.SELECTED_GROUPS["meta"]
   assert selector == "learner" and twin is config_lib.LEARNERS
   assert (twin.family, twin.field, twin.package, twin.base) == (
@@ -400,7 +401,8 @@ def test_every_learner_validates_and_the_run_reads_exactly_its_fields(learner,
   config_lib.validate(c)
   used = {k[len("meta."):] for k in config_lib.used_fields(c) if k.startswith("meta.")}
   fields = config_lib.LEARNERS.declared_fields(learner)
-  own = {"train_ways", "body_hypernet"} if learner == "support_hypernet" else set()
+  own = {"support_hypernet": {"train_ways", "body_hypernet"},
+         "protonet": {"train_ways"}}.get(learner, set())
   assert used - set(fields) == EPISODE_FIELDS | own
   assert set(fields) <= used
 
@@ -411,7 +413,8 @@ def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monk
   translation (ANIL's head, support_hypernet's scale, iMAML's proximal_lambda)."""
   from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
   c = _meta_config(learner)
-  c.meta.update({"inner_lr": 0.25, "inner_steps": 2})
+  if learner != "protonet":   # It has no inner loop: its one field is the head.
+    c.meta.update({"inner_lr": 0.25, "inner_steps": 2})
   if learner in ("maml", "fomaml", "imaml", "anil", "metasgd"):
     c.meta.zero_init = "head/*"
   if learner == "support_hypernet":
@@ -437,7 +440,8 @@ def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monk
   if learner == "support_hypernet":
     expected["seed"] = c.seed
   assert {k: v for k, v in received.items() if k not in ("model", "loss_fn")} == expected
-  assert built.inner_lr == 0.25 and built.inner_steps == 2
+  if learner != "protonet":
+    assert built.inner_lr == 0.25 and built.inner_steps == 2
 
 
 @pytest.mark.parametrize("old, new", sorted(config_lib.RENAMED["meta"].items()))

@@ -249,11 +249,15 @@ class PrototypicalNetwork(learner_lib.Learner):
     weights differ by ``||f(x)||^2`` per query; the same softmax).
 
     Args:
-      support_x: ``[n*K, ...]`` support inputs; support_y: ``[n*K]`` int labels
-        ``0..n-1``.
+      support_x: ``[n*K, ...]`` support inputs in the target's input dtype.
+      support_y: ``[n*K]`` int labels ``0..n-1``, each occurring.
       query_x: ``[Q, ...]`` query inputs.
-      weights, state: as :meth:`adapt`.
+      weights: as :meth:`adapt`.
+      state: as :meth:`adapt`.
       training: the body's ``training=`` flag on both sets (default ``inner_training``).
+
+    Raises:
+      InvalidArgumentError: a class below the largest label has no support example.
 
     Returns:
       ``[Q, n]`` logits in the head's dtype.
