@@ -160,6 +160,7 @@ def test_another_learners_field_is_refused_in_one_line():
     config_lib.validate(c)
 
 
+@pytest.mark.slow   # 30-40 s on 2 loaded cores, most of it tracing the meta-step.
 @pytest.mark.parametrize("name", ["omniglot_standard_protonet",
                                   "omniglot_standard_protonet_full"])
 def test_committed_config_runs_on_omniglot(name, data_dir, tmp_path):

@@ -43,7 +43,7 @@ def test_initial_head_gives_prototypical_network_logits():
   f_q = _body_features(learner, qx)
   logits = f_q @ fast["head/kernel"].numpy() + fast["head/bias"].numpy()
   sq_dist = ((f_q[:, None, :] - protos[None]) ** 2).sum(-1)
-  # s = 2: logits = -||f - p_c||^2 + ||f||^2 (Snell et al. 2017, Sec. 2.3).
+  # s = 2: logits = -||f - p_c||^2 + ||f||^2 (Snell et al. 2017, Sec. 2.4).
   np.testing.assert_allclose(logits, -sq_dist + (f_q ** 2).sum(-1, keepdims=True),
                              rtol=1e-12, atol=1e-12)
 

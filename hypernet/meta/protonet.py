@@ -16,7 +16,7 @@ target's own forward pass (every learner's, :mod:`hypernet.meta.meta_batch`):
     logits_c(x) = 2 f(x).p_c - ||p_c||^2 = -||f(x) - p_c||^2 + ||f(x)||^2
 
 The ``||f(x)||^2`` term is the same for every class, so the softmax, the loss, its
-gradient and the argmax are exactly Eq. 2's (Snell et al. 2017 Sec. 2.3 write the
+gradient and the argmax are exactly Eq. 2's (Snell et al. 2017 Sec. 2.4 write the
 squared-Euclidean ProtoNet as this linear model); :meth:`PrototypicalNetwork.distance_logits`
 gives Eq. 2's logits themselves. Meta-training learns the body by the query loss
 through the embeddings of both sets (no inner gradient: first order by nature, the
@@ -34,7 +34,7 @@ A :class:`hypernet.meta.learner.Learner` (``config.meta.learner = "protonet"``).
 """
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -59,7 +59,7 @@ class DenseHead(NamedTuple):
     dtype: the kernel's dtype.
   """
   split: anil.HeadSplit
-  paths: list
+  paths: List[str]
   kernel_path: str
   bias_path: str
   dim: int
@@ -72,14 +72,11 @@ def dense_head(model: keras.Model, head="head/*", body: Optional[keras.Model] = 
   """``model`` split into a body and its Dense head selected by the patterns ``head``.
 
   Raises:
-    ValueError: ``head`` selects no weight, or not exactly one kernel ``[D, N]`` and one
-      bias ``[N]``; the split's errors (:class:`~hypernet.meta.anil.HeadSplit`).
+    ValueError: a pattern of ``head`` matches no trainable weight; ``head`` selects not
+      exactly one kernel ``[D, N]`` and one bias ``[N]``; the split's errors
+      (:class:`~hypernet.meta.anil.HeadSplit`).
   """
   paths = functional.select_paths(model, head, trainable=True)
-  if not paths:
-    raise ValueError(
-        f"head={head!r} selects no weight of model {model.name!r}; available: "
-        f"{list(functional.variable_paths(model, True))}")
   split = anil.HeadSplit(model, paths, body, head_model)
   variables = functional.variable_paths(model)
   kernels = [p for p in paths if len(variables[p].shape) == 2]

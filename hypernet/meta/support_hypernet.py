@@ -19,7 +19,7 @@ With ``p_c`` the prototype (``[D]``) and ``phi(p) = relu(p W1 + b1) W2 + b2`` (`
 
 So at initialisation ``logits_c(x) = -s/2 ||f(x) - p_c||^2 + s/2 ||f(x)||^2``: with
 ``s = 2`` (the default) exactly the squared-Euclidean logits of Prototypical Networks
-(Snell et al. 2017, Eq. 2 and Sec. 2.3; the ``||f(x)||^2`` term is the same for every
+(Snell et al. 2017, Eq. 2 and Sec. 2.4; the ``||f(x)||^2`` term is the same for every
 class and cancels in the softmax). Meta-training learns the body, the hypernetwork
 ``phi`` and the scale ``s`` through the query loss (the one train loop, as every other
 learner), and the head's initial variables are not used.
