@@ -83,7 +83,7 @@ CHOICES = {
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
     "optim.name": ("adam", "adamw", "sgd"),
-    "optim.schedule": ("constant", "cosine"),
+    "optim.schedule": ("constant", "cosine", "step"),
     "meta.learner": LEARNERS.declared_names(),
     "meta.body_hypernet": ("none",) + HYPERNET_KINDS.declared_names(),
     "meta.bn_mode": ("transductive", "per_step", "inference"),
@@ -288,6 +288,8 @@ def _check_ranges(config) -> None:
   for name in ("weight_decay", "momentum"):
     if not _finite(o[name]) or o[name] < 0:
       raise ConfigError(f"config.optim.{name} must be a finite number >= 0, got {o[name]!r}.")
+  if o.schedule == "step":
+    _check_step_schedule(o)
   if config.data.augment_shift < 0:
     raise ConfigError(f"config.data.augment_shift must be >= 0 pixels (0: no shifts), got "
                       f"{config.data.augment_shift}.")
@@ -319,6 +321,18 @@ def _check_model(config) -> None:
                         f"{m.dropout!r}.")
     if m.kernel_size <= 0:
       raise ConfigError(f"config.model.kernel_size must be positive, got {m.kernel_size}.")
+
+
+def _check_step_schedule(o) -> None:
+  if o.decay_every < 1:
+    raise ConfigError(f"config.optim.decay_every must be >= 1 step with "
+                      f"schedule='step', got {o.decay_every}.")
+  if not _finite(o.decay_rate) or not 0 < o.decay_rate <= 1:
+    raise ConfigError(f"config.optim.decay_rate must be in (0, 1] with schedule='step', "
+                      f"got {o.decay_rate!r}.")
+  if o.warmup_steps:
+    raise ConfigError(f"config.optim.warmup_steps={o.warmup_steps} with schedule='step': "
+                      "the step decay has no warm-up; set it to 0 or use 'cosine'.")
 
 
 def _check_augment(config) -> None:
@@ -571,7 +585,9 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
     return _hypernet_field_used(config, name)
   if group == "optim":
     return {"weight_decay": config.optim.name == "adamw",
-            "momentum": config.optim.name == "sgd"}.get(name, True)
+            "momentum": config.optim.name == "sgd",
+            "decay_every": config.optim.schedule == "step",
+            "decay_rate": config.optim.schedule == "step"}.get(name, True)
   return True
 
 
@@ -951,8 +967,10 @@ def _optim_and_run_defaults(c) -> None:
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adam"        # adam | adamw | sgd
   c.optim.lr = 1e-3
-  c.optim.schedule = "cosine"  # constant | cosine
+  c.optim.schedule = "cosine"  # constant | cosine | step
   c.optim.warmup_steps = 0
+  c.optim.decay_every = 2000   # step: the rate times decay_rate every decay_every steps
+  c.optim.decay_rate = 0.5     # (Snell et al. 2017: halved every 2,000 episodes)
   c.optim.weight_decay = 0.0
   c.optim.momentum = 0.9
   c.optim.grad_clip_norm = 0.0

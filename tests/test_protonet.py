@@ -160,6 +160,32 @@ def test_another_learners_field_is_refused_in_one_line():
     config_lib.validate(c)
 
 
+def test_the_configs_halve_the_rate_every_2000_episodes():
+  """Snell et al.'s schedule (optim.schedule='step'): Adam at 1e-3 halved every 2,000
+  episodes, two episodes a meta-step in the CPU config and one in the full one."""
+  for name, every in (("omniglot_standard_protonet", 1000),
+                      ("omniglot_standard_protonet_full", 2000)):
+    c = _config(name)
+    optimizer = loop.make_optimizer(c.optim, c.num_steps)
+    assert every * c.batch_size == 2000
+    for step, expected in ((0, 1e-3), (every - 1, 1e-3), (every, 5e-4),
+                           (5 * every - 1, 1e-3 / 16), (5 * every, 1e-3 / 32)):
+      optimizer.iterations.assign(step)   # The rate at the optimiser's step.
+      assert float(optimizer.learning_rate) == pytest.approx(expected, rel=1e-6), (name, step)
+  c = _config("omniglot_standard_protonet")
+  c.optim.decay_every = 0
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.optim\.decay_every must be >= 1"):
+    config_lib.validate(c)
+  c = _config("omniglot_standard_protonet")
+  c.optim.warmup_steps = 10
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.optim\.warmup_steps=10 with "
+                                                   r"schedule='step'"):
+    config_lib.validate(c)
+  assert "optim.decay_every" in config_lib.used_fields(c)
+  c.optim.schedule = "cosine"
+  assert "optim.decay_every" not in config_lib.used_fields(c)
+
+
 @pytest.mark.slow   # 30-40 s on 2 loaded cores, most of it tracing the meta-step.
 @pytest.mark.parametrize("name", ["omniglot_standard_protonet",
                                   "omniglot_standard_protonet_full"])

@@ -65,9 +65,9 @@ def _write_failure(error: BaseException) -> Optional[str]:
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras.optimizers.Optimizer:
   """Builds the outer optimiser from ``config`` (= ``config.optim``).
 
-  Fields: ``name`` (adam | adamw | sgd), ``lr``, ``schedule`` (constant | cosine),
-  ``warmup_steps``, ``weight_decay`` (adamw), ``momentum`` (sgd), ``grad_clip_norm``
-  (global norm, 0 = off).
+  Fields: ``name`` (adam | adamw | sgd), ``lr``, ``schedule`` (constant | cosine | step:
+  ``lr * decay_rate ** (step // decay_every)``), ``warmup_steps``, ``weight_decay``
+  (adamw), ``momentum`` (sgd), ``grad_clip_norm`` (global norm, 0 = off).
 
   Raises:
     ValueError: an unknown ``name`` or ``schedule``, or a non-positive ``lr``.
@@ -85,8 +85,12 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras
         0.0 if config.warmup_steps else config.lr, decay_steps,
         warmup_target=config.lr if config.warmup_steps else None,
         warmup_steps=config.warmup_steps)
+  elif config.schedule == "step":
+    lr = keras.optimizers.schedules.ExponentialDecay(
+        config.lr, config.decay_every, config.decay_rate, staircase=True)
   else:
-    raise ValueError(f"config.optim.schedule={config.schedule!r}; use 'constant' or 'cosine'.")
+    raise ValueError(f"config.optim.schedule={config.schedule!r}; use 'constant', 'cosine' "
+                     "or 'step'.")
   clip = {"global_clipnorm": config.grad_clip_norm} if config.grad_clip_norm else {}
   if config.name == "adam":
     return keras.optimizers.Adam(lr, **clip)
