@@ -391,9 +391,38 @@ def _check_meta(config) -> None:
         f"config.meta.num_shots + max(num_queries, eval_queries) = {mc.num_shots} + "
         f"{max(mc.num_queries, mc.eval_queries)} = {needed} drawings per class, but Omniglot "
         f"has {OMNIGLOT_DRAWINGS} per character; lower num_shots or the query counts.")
-  if config.data.num_test_characters < 1:
-    raise ConfigError(f"config.data.num_test_characters must be >= 1, got "
-                      f"{config.data.num_test_characters}.")
+  _check_omniglot_split(config)
+
+
+# The zips whose alphabets Lake et al.'s one-shot runs (all_runs.zip) are drawn from.
+ONE_SHOT_RUNS_ALPHABETS = ("images_evaluation",)
+
+
+def omniglot_zip_names(config) -> List[str]:
+  """The file names of ``config.data.omniglot_zips`` (comma-separated), stripped."""
+  return [z.strip() for z in str(config.data.omniglot_zips).split(",") if z.strip()]
+
+
+def _check_omniglot_split(config) -> None:
+  """Omniglot's held-out characters, and Lake et al.'s protocol for the one-shot runs:
+  meta-training must not read the evaluation alphabets the runs are drawn from."""
+  dc, runs = config.data, str(config.meta.one_shot_runs).strip()
+  leaked = [z for z in omniglot_zip_names(config)
+            if z.replace("\\", "/").rsplit("/", 1)[-1].startswith(ONE_SHOT_RUNS_ALPHABETS)]
+  if runs and leaked:
+    raise ConfigError(
+        f"config.meta.one_shot_runs={runs!r} scores Lake et al.'s runs, whose characters "
+        f"come from the evaluation alphabets, but config.data.omniglot_zips reads "
+        f"{leaked[0]} for meta-training: a leak of the test characters; meta-train on "
+        "config.data.omniglot_zips='images_background.zip' only "
+        "(configs/omniglot_lake_support_hypernet.py) or set one_shot_runs=''.")
+  if dc.num_test_characters == 0 and not runs:
+    raise ConfigError("config.data.num_test_characters=0 holds out no characters, so there "
+                      "is nothing to evaluate on: hold some out (>= 1) or score the one-shot "
+                      "runs alone (config.meta.one_shot_runs='all_runs.zip').")
+  if dc.num_test_characters < 0:
+    raise ConfigError(f"config.data.num_test_characters must be >= 1 (0: none held out, "
+                      f"with config.meta.one_shot_runs), got {dc.num_test_characters}.")
 
 
 def _check_meta_algorithms(config) -> None:
@@ -516,6 +545,133 @@ def flatten(config, prefix: str = "") -> Dict[str, Any]:
     else:
       out[f"{prefix}{key}"] = value
   return out
+
+
+def train_ways(config) -> int:
+  """The classes of a few-shot meta-training episode: ``config.meta.train_ways``, or
+  ``config.meta.num_ways`` where that is 0 (trained as tested)."""
+  return int(config.meta.get("train_ways", 0)) or int(config.meta.num_ways)
+
+
+def head_ways(config) -> int:
+  """The target head's outputs for a few-shot config: ``config.meta.num_ways``, or
+  ``config.meta.train_ways`` where that is larger (the support-conditioned hypernetwork
+  and Prototypical Networks write the head from the support set's prototypes per task
+  and mask the classes an episode does not have; for them the head is no parameter)."""
+  return max(int(config.meta.num_ways), train_ways(config))
+
+
+# -- one field set from text (python -m hypernet.evaluate --set FIELD=VALUE) ------------
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _parse_value(text: str, expected, current):
+  """``text`` as a value of type ``expected`` (the field's); raises ValueError."""
+  import ast  # pylint: disable=g-import-not-at-top
+  if expected is bool:
+    if text.lower() in _TRUE + _FALSE:
+      return text.lower() in _TRUE
+    raise ValueError("not a bool (true or false)")
+  if expected is int:
+    return int(text)
+  if expected is float:
+    return float(text)
+  if expected in (tuple, list):
+    value = ast.literal_eval(text) if text.strip() else ()
+    value = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    kinds = {type(v) for v in current or ()}
+    if kinds and not all(type(v) in kinds or (float in kinds and isinstance(v, int))
+                         for v in value):
+      raise ValueError("other element types")
+    return value
+  if expected is str:
+    return text
+  raise ValueError(f"fields of type {getattr(expected, '__name__', expected)} cannot be set "
+                   "from text")
+
+
+def _find_field(config, field: str, text: str, flag: str):
+  """``(group, key)`` of the leaf field ``field`` (dotted) of ``config``; raises
+  ConfigError (``{flag} {text}: ...``, with the closest name) if there is none."""
+  node, done, parent = config, "config", None
+  for part in field.split("."):
+    keys = list(node.keys()) if _is_configdict(node) else []
+    if part not in keys:
+      close = difflib.get_close_matches(part, keys, n=1)
+      hint = f" Did you mean {done}.{close[0]}?" if close else ""
+      what = f"{done} has no field {part!r}." if keys else f"{done} is not a group of fields."
+      raise ConfigError(f"{flag} {text}: {what}{hint}")
+    parent, node, done = node, node[part], f"{done}.{part}"
+  if _is_configdict(node):
+    raise ConfigError(f"{flag} {text}: {done} is a group of fields; set one of them "
+                      f"({', '.join(sorted(node.keys()))}).")
+  return parent, field.rsplit(".", 1)[-1]
+
+
+def parse_override(config, text: str, flag: str = "--set"):
+  """``"meta.num_ways=20"`` -> ``("meta.num_ways", 20)``: a field of ``config`` by its
+  dotted path and the value after ``=`` parsed to that field's type (``true`` / ``false``
+  for bools, Python literals such as ``(1, 5)`` or ``1,5`` for tuples, text as is for
+  strings). TensorFlow-free.
+
+  Raises:
+    ConfigError: ``text`` has no ``=``, names no field of ``config`` (with the closest
+      name) or a group, or its value does not parse to the field's type; the message
+      starts with ``{flag} {text}:``.
+  """
+  field, sep, raw = str(text).partition("=")
+  field, raw = field.strip(), raw.strip()
+  if not sep or not field:
+    raise ConfigError(f"{flag} {text}: give FIELD=VALUE, e.g. {flag} meta.num_ways=20.")
+  group, key = _find_field(config, field, text, flag)
+  expected = _expected_type(group, key) or str
+  try:
+    value = _parse_value(raw, expected, group[key])
+  except (ValueError, SyntaxError, TypeError):
+    kind = _type_name(expected, key)
+    raise ConfigError(f"{flag} {text}: config.{field} takes a{'n' * (kind[0] in 'aeiou')} "
+                      f"{kind} (now {group[key]!r}); {raw!r} is not one.") from None
+  return field, value
+
+
+def with_overrides(config, assignments, flag: str = "--set"):
+  """A copy of ``config`` with ``assignments`` (``"FIELD=VALUE"`` texts, see
+  :func:`parse_override`, or a ``{field: value}`` mapping) applied in order, validated.
+
+  Returns:
+    ``(config, {field: value})``: the new config and the values set, in order.
+
+  Raises:
+    ConfigError: a bad assignment (:func:`parse_override`) or a config that does not
+      validate with the new values (:func:`validate`'s message after ``{flag} ...:``).
+  """
+  if isinstance(assignments, dict):
+    items = list(assignments.items())
+    for field, value in items:
+      _find_field(config, field, f"{field}={_text(value)}", flag)
+  else:
+    items = [parse_override(config, a, flag) for a in assignments]
+  new = copy.deepcopy(config)
+  applied: Dict[str, Any] = {}
+  for field, value in items:
+    group, key = _find_field(new, field, field, flag)
+    group[key] = value
+    applied[field] = value
+  try:
+    validate(new)
+  except ConfigError as e:
+    shown = " ".join(f"{flag} {k}={_text(v)}" for k, v in applied.items())
+    raise ConfigError(f"{shown}: {e}") from None
+  return new, applied
+
+
+def _text(value) -> str:
+  """A value as :func:`parse_override` reads it back."""
+  if isinstance(value, bool):
+    return str(value).lower()
+  if isinstance(value, tuple):
+    return ",".join(str(v) for v in value) + ("," if len(value) == 1 else "")
+  return str(value)
 
 
 # The HParams table shows these first (TensorBoard displays the first five columns by

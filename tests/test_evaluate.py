@@ -228,3 +228,109 @@ def test_few_shot_config_evaluates_like_the_train_loop_and_exports_its_initialis
   expected = functional.functional_call(trainer.task.target, trainer.task.source.weights(), x)
   loaded = keras.models.load_model(tmp_path / "init.keras")
   np.testing.assert_allclose(loaded(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- evaluating a run in other N-way K-shot settings (--set) --------------------------
+def _support_hypernet_config(data_dir):
+  """The support-conditioned hypernetwork on the two small background subsets, trained
+  10-way (its head serves 1..10-way), a conv4 of width 8: seconds a step."""
+  c = config_lib.load_config_file(os.path.join(REPO, "configs",
+                                               "omniglot_support_hypernet.py"))
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.model.conv_widths = (8, 8, 8, 8)
+  c.meta.train_ways, c.meta.num_queries, c.meta.eval_queries = 10, 2, 3
+  c.meta.eval_episodes, c.batch_size, c.eval_batch_size = 6, 2, 4
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 2, 0, 4
+  c.summaries.every, c.summaries.hparams, c.jit_compile = 0, False, "false"
+  return c
+
+
+def test_evaluate_set_scores_other_ways_and_shots_as_a_run_built_for_them(data_dir, tmp_path):
+  """A run trained 10-way, evaluated 8-way 2-shot on 5 episodes: the metrics of a Trainer
+  built from the config with those fields changed, restored from the same checkpoint;
+  the JSON is named after the setting and records it."""
+  c = _support_hypernet_config(data_dir)
+  final = loop.train_and_evaluate(c, str(tmp_path))
+  got = evaluate.evaluate(str(tmp_path), overrides=["meta.num_ways=8", "meta.num_shots=2",
+                                                     "meta.eval_episodes=5"])
+  saved = json.loads((tmp_path / "eval_step4_num_ways8_num_shots2_eval_episodes5.json")
+                     .read_text())
+  assert saved["overrides"] == {"meta.num_ways": 8, "meta.num_shots": 2,
+                                "meta.eval_episodes": 5}
+  assert saved["accuracy"] == got["accuracy"] and saved["step"] == 4
+  expected_config = config_lib.config_from_dict(json.loads(
+      (tmp_path / "config.json").read_text()))
+  expected_config.meta.update(num_ways=8, num_shots=2, eval_episodes=5)
+  trainer = loop.Trainer(expected_config, str(tmp_path))
+  trainer.restore()
+  expected = trainer.evaluate()
+  for k in ("accuracy", "accuracy_ci95", "loss"):
+    assert got[k] == pytest.approx(expected[k], rel=1e-6, abs=1e-9), k
+  # The run's own setting (5-way 1-shot, 6 episodes) scored otherwise; names differ.
+  assert final["accuracy"] != got["accuracy"]
+  assert not (tmp_path / "eval_step4.json").exists()
+  line = evaluate.report(got).splitlines()[1]
+  assert line.split() == ["setting:", "meta.num_ways=8,", "meta.num_shots=2,",
+                          "meta.eval_episodes=5"]
+
+
+def test_eval_config_keeps_a_support_hypernetwork_head_for_fewer_ways():
+  """Trained 5-way (train_ways=0: a 5-output head), asked 3-way: train_ways is set to 5
+  so the head keeps its shape (the classes an episode lacks are masked); TF-free."""
+  c = config_lib.load_config_file(os.path.join(REPO, "configs",
+                                               "omniglot_support_hypernet.py"))
+  c.meta.train_ways = 0
+  new, applied = evaluate.eval_config(c, ["meta.num_ways=3", "eval_batch_size=7"])
+  assert applied == {"meta.num_ways": 3, "eval_batch_size": 7}
+  assert (new.meta.num_ways, new.meta.train_ways, config_lib.head_ways(new)) == (3, 5, 5)
+  assert (c.meta.num_ways, c.meta.train_ways) == (5, 0)  # The run's config is unchanged.
+  assert evaluate.setting_tag(applied) == "num_ways3"  # The batch size: no other result.
+  assert evaluate.setting_tag({"meta.eval_steps_sweep": (1, 5), "meta.num_shots": 5}) == \
+      "num_shots5_eval_steps_sweep1-5"
+  assert evaluate.eval_config(c, []) == (c, {})
+
+
+@pytest.mark.parametrize("config_name,overrides,message", [
+    ("omniglot_maml", ["meta.num_ways=20"],
+     "--set meta.num_ways=20: learner 'maml' adapts the run's 5-way head "
+     "(config.meta.num_ways=5 when trained), so it evaluates 5-way episodes only; learner "
+     "'support_hypernet' with config.meta.train_ways >= N serves any N-way."),
+    ("omniglot_standard_support_hypernet", ["meta.num_ways=41"],
+     "--set meta.num_ways=41: the run's generated head has 40 outputs (config.meta."
+     "train_ways=40, num_ways=5 when trained), so it serves up to 40-way episodes; "
+     "meta-train with --config.meta.train_ways=41 or more."),
+    ("omniglot_maml", ["meta.num_way=5"],
+     "--set meta.num_way=5: config.meta has no field 'num_way'. Did you mean "
+     "config.meta.num_ways?"),
+    ("omniglot_maml", ["meta.num_shots=five"],
+     "--set meta.num_shots=five: config.meta.num_shots takes an int (now 1); 'five' is not "
+     "one."),
+    ("omniglot_maml", ["meta.num_shots=0"],
+     "--set meta.num_shots=0: config.meta.num_shots must be an integer >= 1, got 0."),
+    ("omniglot_standard_support_hypernet", ["meta.num_shots=6"],
+     "--set meta.num_shots=6: config.meta.num_shots + max(num_queries, eval_queries) = 6 "
+     "+ 15 = 21 drawings per class, but Omniglot has 20 per character; lower num_shots or "
+     "the query counts."),
+    ("omniglot_maml", ["data.split_seed=3"],
+     "--set data.split_seed=3: config.data.split_seed is not an evaluation field (it "
+     "changes the trained model, its training or the held-out characters); --set takes "
+     + ", ".join(evaluate.EVAL_FIELDS) + "."),
+])
+def test_evaluate_set_refuses_in_one_line_before_tensorflow(tmp_path, config_name, overrides,
+                                                            message):
+  """From config.json alone (this workdir has no checkpoint), in a process that cannot
+  import TensorFlow; a MAML head asked for other ways is named, not a shape traceback."""
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{config_name}.py"))
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  with pytest.raises(config_lib.ConfigError) as e:
+    evaluate.eval_config(evaluate.load_config(str(tmp_path)), overrides)
+  assert str(e.value) == message
+  code = ("import runpy, sys\n"
+          "sys.modules['tensorflow'] = sys.modules['keras'] = None\n"
+          f"sys.argv = ['hypernet.evaluate', '--workdir={tmp_path}'] + "
+          f"{['--set=' + o for o in overrides]!r}\n"
+          "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n")
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 1 and out.stderr == f"evaluate.py: error: {message}\n", out.stderr
+  assert sorted(os.listdir(tmp_path)) == ["config.json"]

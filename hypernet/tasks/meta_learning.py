@@ -196,11 +196,18 @@ def _load_few_shot_data(config):
       raise ConfigError("config.data.omniglot_zips is empty; name the image "
                                    "zips, e.g. 'images_background.zip'.")
     images = omniglot.load_omniglot(zips, data_dir=folder, image_size=dc.image_size)
-    if not 1 <= dc.num_test_characters < images.num_classes:
+    if not 0 <= dc.num_test_characters < images.num_classes:
       raise ConfigError(
           f"config.data.num_test_characters={dc.num_test_characters} leaves no meta-train "
           f"or meta-test characters: {', '.join(zips)} hold {images.num_classes} characters; "
-          f"pick 1..{images.num_classes - 1}.")
+          f"pick 1..{images.num_classes - 1} (0 with config.meta.one_shot_runs).")
+    if dc.num_test_characters == 0:  # Every character meta-trained; the runs evaluate.
+      rotations = tuple(dc.rotations)
+      train = (omniglot.rotate_classes(images, rotations) if rotations not in ((), (0,))
+               else images)
+      del images
+      return (episodes.class_indexed(train.images, train.labels), None,
+              omniglot.alphabet_groups(train.class_names))
     train, test = omniglot.split_by_character(
         images, dc.split_seed, num_test_characters=dc.num_test_characters,
         rotations=tuple(dc.rotations) or None)
@@ -225,6 +232,8 @@ def _check_episodes_fit(config, train_data, test_data) -> None:
       ("meta-train", train_data, mc.num_queries, "num_queries", train_ways(config),
        "train_ways" if mc.get("train_ways", 0) else "num_ways"),
       ("meta-test", test_data, mc.eval_queries, "eval_queries", mc.num_ways, "num_ways")):
+    if data is None:  # No held-out classes: the one-shot runs alone evaluate.
+      continue
     if ways > data.num_classes:
       raise ConfigError(
           f"config.meta.{ways_name}={ways} exceeds the {data.num_classes} {side} classes "
@@ -255,18 +264,11 @@ def omniglot_dir(config) -> str:
   return folder
 
 
-def train_ways(config) -> int:
-  """The classes of a meta-training episode: ``config.meta.train_ways``, or
-  ``config.meta.num_ways`` where that is 0 (trained as tested)."""
-  return int(config.meta.get("train_ways", 0)) or int(config.meta.num_ways)
-
-
-def head_ways(config) -> int:
-  """The target head's outputs for a few-shot config: ``config.meta.num_ways``, or
-  ``config.meta.train_ways`` where that is larger (the support-conditioned hypernetwork
-  and Prototypical Networks write the head from the support set's prototypes per task
-  and mask the classes an episode does not have; for them the head is no parameter)."""
-  return max(int(config.meta.num_ways), train_ways(config))
+# The classes of a meta-training episode (train_ways, or num_ways where that is 0) and
+# the target head's outputs (the larger of the two); TensorFlow-free in config_lib, where
+# python -m hypernet.evaluate --set checks a setting against the trained head.
+train_ways = config_lib.train_ways
+head_ways = config_lib.head_ways
 
 
 def make_meta_target(config, input_shape, num_outputs: int) -> keras.Model:
@@ -474,15 +476,21 @@ class MetaLearningTask(protocol.Task):
             shift=config.data.augment_shift, rotation=config.data.augment_rotation,
             scale=config.data.augment_scale, shear=config.data.augment_shear,
             flip=config.data.augment_flip))
-    self._eval_fn = episodes.make_episode_fn(
+    # No held-out classes (data.num_test_characters=0, Lake et al.'s protocol): the
+    # one-shot runs are the meta-test tasks.
+    self._eval_fn = None if test_data is None else episodes.make_episode_fn(
         test_data, num_ways=mc.num_ways, num_shots=mc.num_shots,
         num_queries=mc.eval_queries, seed=mc.eval_seed)
     self.num_train_classes = train_data.num_classes
-    self.num_test_classes = test_data.num_classes
+    self.num_test_classes = 0 if test_data is None else test_data.num_classes
     del train_data, test_data, data
     if runs is not None or mc.one_shot_runs:
       self.runs = list(runs) if runs is not None else self._load_runs()
       self._check_runs(image_shape)
+    elif self._eval_fn is None:
+      raise ConfigError("config.data.num_test_characters=0 holds out no characters: score "
+                        "the one-shot runs (config.meta.one_shot_runs='all_runs.zip') or "
+                        "hold some out.")
     return _CLASSIFICATION_LOSS
 
   def _init_sinusoid(self, config) -> str:
@@ -531,7 +539,10 @@ class MetaLearningTask(protocol.Task):
     return task_stream(self._train_fn, global_batch_size, start_step, input_context)
 
   def eval_dataset(self, global_batch_size, input_context=None):
-    """The ``config.meta.eval_episodes`` meta-test tasks, then the one-shot runs."""
+    """The ``config.meta.eval_episodes`` meta-test tasks, then the one-shot runs; only
+    the runs where no class is held out (``config.data.num_test_characters=0``)."""
+    if self._eval_fn is None:
+      return fixed_tasks(self._run_fn(), len(self.runs), global_batch_size, input_context)
     extra = (self._run_fn(), len(self.runs)) if self.runs else None
     return fixed_tasks(self._eval_fn, self.config.meta.eval_episodes, global_batch_size,
                        input_context, extra=extra)
@@ -711,6 +722,7 @@ class MetaLearningTask(protocol.Task):
       if self.before_metrics:
         sums["accuracy_before"] = (total(pt["query_accuracy_before"]), n)
       if self.runs:
+        rw = w if self._eval_fn is None else rw   # Runs alone: every task is a run.
         sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
     else:
       sums["loss_sq"] = (total(tf.square(pt["query_loss_after"])), n)

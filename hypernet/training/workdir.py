@@ -5,6 +5,7 @@ it before TensorFlow loads).
     WORKDIR/config_resumed_at_<N>.json   a changed config a resumed run brought
     WORKDIR/final_metrics.json           the final evaluation (``train_and_evaluate``)
     WORKDIR/eval_step<N>.json            ``python -m hypernet.evaluate``'s metrics
+    WORKDIR/eval_step<N>_<setting>.json  the same in another setting (``--set``)
     WORKDIR/lock                         the running job's lock (``checkpoints.WorkdirLock``)
     WORKDIR/checkpoints/ckpt-<N>.*       checkpoints (``unreadable/``: set aside)
     WORKDIR/train/, WORKDIR/eval/        TensorBoard runs
@@ -63,8 +64,10 @@ class Workdir:
   def final_metrics(self) -> str:
     return self.join(self.FINAL_METRICS)
 
-  def eval_metrics(self, step: int) -> str:
-    return self.join(f"eval_step{step}.json")
+  def eval_metrics(self, step: int, setting: str = "") -> str:
+    """``eval_step<N>.json``, or ``eval_step<N>_<setting>.json`` for an evaluation in
+    another setting (``python -m hypernet.evaluate --set``)."""
+    return self.join(f"eval_step{step}{'_' + setting if setting else ''}.json")
 
   @property
   def lock(self) -> str:
