@@ -105,6 +105,15 @@ def _no_tensorflow_cases(tmp_path):
       (("hypernet.evaluate", f"--workdir={trained}", f"--export={tmp_path / 'm.h5'}"),
        f"evaluate.py: error: Export path '{tmp_path / 'm.h5'}' must end in '.keras' (the "
        "Keras 3 format)."),
+      # Lake et al.'s runs scored by a run meta-trained on their alphabets (issue 40).
+      (("hypernet.train", "--config=configs/omniglot_lake_support_hypernet.py",
+        f"--workdir={tmp_path / 'run'}",
+        "--config.data.omniglot_zips=images_background.zip,images_evaluation.zip"),
+       "train.py: error: config.meta.one_shot_runs='all_runs.zip' scores Lake et al.'s runs, "
+       "whose characters come from the evaluation alphabets, but config.data.omniglot_zips "
+       "reads images_evaluation.zip for meta-training: a leak of the test characters; "
+       "meta-train on config.data.omniglot_zips='images_background.zip' only "
+       "(configs/omniglot_lake_support_hypernet.py) or set one_shot_runs=''."),
       (("hypernet.evaluate", f"--workdir={trained}", "--checkpoint=7"),
        f"evaluate.py: error: --checkpoint=7: {trained}/checkpoints/ckpt-7 does not exist; "
        f"the steps saved in {trained}/checkpoints: [5]."),

@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import sys
 
 from absl import flags
@@ -344,6 +345,47 @@ def _omniglot_config(data_dir, **meta):
 def test_omniglot_without_a_data_folder_fails_before_the_workdir(tmp_path):
   _fails_before_training(_load("omniglot_maml"), tmp_path,
                          r"config\.data\.data_dir is empty: set it to the folder")
+
+
+LEAK = ("config.meta.one_shot_runs='all_runs.zip' scores Lake et al.'s runs, whose "
+        "characters come from the evaluation alphabets, but config.data.omniglot_zips reads "
+        "images_evaluation.zip for meta-training: a leak of the test characters; meta-train "
+        "on config.data.omniglot_zips='images_background.zip' only "
+        "(configs/omniglot_lake_support_hypernet.py) or set one_shot_runs=''.")
+
+
+@pytest.mark.parametrize("name,zips", [
+    ("omniglot_lake_support_hypernet", "images_background.zip,images_evaluation.zip"),
+    ("omniglot_20way_support_hypernet", "images_background_small1.zip, images_evaluation.zip"),
+    ("omniglot_20way", "images_evaluation.zip"),
+])
+def test_one_shot_runs_with_the_evaluation_alphabets_in_meta_training_are_refused(
+    tmp_path, name, zips):
+  """Lake et al.'s runs are drawn from images_evaluation.zip's alphabets: a run that
+  meta-trains on it and scores the runs is refused before anything is built (issue 40);
+  the committed configs (background zips only) and the standard split (no runs) pass."""
+  c = _load(name)
+  config_lib.validate(c)
+  c.data.omniglot_zips = zips
+  _fails_before_training(c, tmp_path, "^" + re.escape(LEAK) + "$")
+  c.meta.one_shot_runs = ""   # No runs: no leak (episodes on held-out characters).
+  c.data.num_test_characters = max(c.data.num_test_characters, 20)
+  config_lib.validate(c)
+  config_lib.validate(_load("omniglot_standard_support_hypernet"))
+
+
+def test_no_held_out_characters_needs_the_one_shot_runs(tmp_path):
+  """data.num_test_characters=0 (every character meta-trained, Lake et al.'s protocol)
+  evaluates on the one-shot runs alone; without them there is nothing to evaluate."""
+  c = _load("omniglot_lake_support_hypernet")
+  assert c.data.num_test_characters == 0
+  config_lib.validate(c)
+  c.meta.one_shot_runs = ""
+  _fails_before_training(c, tmp_path, r"^config\.data\.num_test_characters=0 holds out no "
+                                      r"characters, so there is nothing to evaluate on")
+  c.data.num_test_characters = -3
+  _fails_before_training(c, tmp_path, r"num_test_characters must be >= 1 \(0: none held "
+                                      r"out, with config\.meta\.one_shot_runs\), got -3")
 
 
 @pytest.mark.parametrize("overrides,match", [

@@ -245,6 +245,7 @@ def _support_hypernet_config(data_dir):
   return c
 
 
+@pytest.mark.slow  # ~30 s on 2 busy cores: a 4-step run, its evaluation and a Trainer's.
 def test_evaluate_set_scores_other_ways_and_shots_as_a_run_built_for_them(data_dir, tmp_path):
   """A run trained 10-way, evaluated 8-way 2-shot on 5 episodes: the metrics of a Trainer
   built from the config with those fields changed, restored from the same checkpoint;

@@ -71,7 +71,7 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("script", ["digits_sweep", "compression_frontier", "continual",
-                                    "chunked_diagnostics", "meta_seeds"])
+                                    "chunked_diagnostics", "meta_seeds", "omniglot_standard"])
 def test_help_exits_0(script):
   """Every experiment script starts (its flags do not clash with those of a script it
   imports: compression_frontier imports digits_sweep)."""
@@ -120,3 +120,72 @@ def test_meta_seeds_table_gives_each_seed_its_interval_and_the_mean_over_seeds(t
       == ["--config.data.data_dir=/d", "--config.seed=2", "--x=1"]
   with pytest.raises(FileNotFoundError, match="omniglot_support_hypernet_s1 has no final"):
     meta_seeds.run("omniglot_support_hypernet", 1, str(tmp_path), "/d", execute=False)
+
+
+def _fake_standard_run(root, name, seed, accuracies, config):
+  """A finished run's files as python -m hypernet.train and hypernet.evaluate leave them:
+  config.json, final_metrics.json (5-way 1-shot), eval_<setting>.json for the other
+  settings, and the eval/ TensorBoard events of its held-out accuracy."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  workdir = os.path.join(root, f"{name}_s{seed}")
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort())
+  (a11, c11), *others = accuracies
+  with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+    json.dump({"accuracy": a11, "accuracy_ci95": c11, "step": 5000,
+               "wall_time_sec": 600.0 * (seed + 1)}, f)
+  from experiments import omniglot_standard  # pylint: disable=g-import-not-at-top
+  for (setting, _, _), (acc, ci) in zip(omniglot_standard.SETTINGS[1:], others):
+    with open(os.path.join(workdir, f"eval_{setting}.json"), "w") as f:
+      json.dump({"accuracy": acc, "accuracy_ci95": ci, "eval_wall_time_sec": 30.0}, f)
+  with tf.summary.create_file_writer(os.path.join(workdir, "eval")).as_default():
+    for step in (0, 1000, 5000):
+      tf.summary.scalar("accuracy", a11 * step / 5000, step=step)
+
+
+def test_omniglot_standard_tables_each_seed_in_four_settings_against_the_targets(tmp_path):
+  """experiments/omniglot_standard.py --no-run on fake finished runs: each seed's
+  accuracy +- CI95 per setting, the mean +- sample sd (NumPy), the target and the
+  signed gap, the published numbers, the commands and the learning-curve PNG."""
+  from experiments import omniglot_standard  # pylint: disable=g-import-not-at-top
+  name = "omniglot_standard_support_hypernet"
+  config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+  assert omniglot_standard._own_setting(json.loads(config.to_json_best_effort()), 5, 1)
+  accs = {0: [(0.9955, 0.0010), (0.9990, 0.0003), (0.9760, 0.0015), (0.9940, 0.0005)],
+          1: [(0.9945, 0.0011), (0.9994, 0.0002), (0.9790, 0.0014), (0.9930, 0.0006)]}
+  for seed, values in accs.items():
+    _fake_standard_run(str(tmp_path / "root"), name, seed, values, config)
+  out = tmp_path / "out"
+  omniglot_standard.main(["--no-run", f"--root={tmp_path / 'root'}", "--seeds=0,1",
+                          f"--out={out}", "--data_dir=/d"])
+  text = (out / "omniglot_standard.md").read_text()
+  assert "| 0 | 99.55 +- 0.10 | 99.90 +- 0.03 | 97.60 +- 0.15 | 99.40 +- 0.05 | 10.0 min " \
+         "| 1.5 min |" in text
+  assert "| 1 | 99.45 +- 0.11 | 99.94 +- 0.02 | 97.90 +- 0.14 | 99.30 +- 0.06 | 20.0 min" \
+         in text
+  means = [100 * np.mean([accs[s][i][0] for s in accs]) for i in range(4)]
+  sds = [100 * np.std([accs[s][i][0] for s in accs], ddof=1) for i in range(4)]
+  assert "| mean +- sd (2) | " + " | ".join(
+      f"**{m:.2f} +- {sd:.2f}**" for m, sd in zip(means, sds)) + " | | |" in text
+  assert "| target (above MAML++) | >= 99.5 | >= 99.93 | >= 97.7 | >= 99.35 | | |" in text
+  # 99.50 - 99.5 = +0.00 met; 99.92 - 99.93 missed by 0.01; 97.75 met; 99.35 met.
+  assert "| mean - target | +0.00 (met) | -0.01 (missed) | +0.05 (met) | +0.00 (met) |" \
+         in text
+  assert "| MAML++ (Antoniou et al. 2019) | 99.47 | 99.93 | 97.65 | 99.33 |" in text
+  assert "| Prototypical Networks (Snell et al. 2017) | 98.8 | 99.7 | 96 | 98.9 |" in text
+  assert f"--config=configs/{name}.py" in text and "--set=meta.num_ways=20" in text
+  image = np.asarray(Image.open(out / f"{name}_seeds.png").convert("L"), np.float32)
+  assert image.std() > 10  # Drawn on, not blank.
+  # The evaluation command a missing setting gets; --no-run names the missing file.
+  assert omniglot_standard.eval_command("/w", 20, 5, "/w/e.json", "/d", 10)[3:] == [
+      "--workdir=/w", "--output=/w/e.json", "--data_dir=/d", "--set=meta.num_ways=20",
+      "--set=meta.num_shots=5", "--set=meta.eval_episodes=1000", "--set=meta.eval_queries=15",
+      "--set=eval_batch_size=10"]
+  # 50 episodes x 5 ways x 16 images = 4,000 images a batch: 20-way 5-shot takes 10.
+  assert omniglot_standard.eval_batch_size(json.loads(config.to_json_best_effort()), 20, 5) \
+      == 10
+  os.remove(tmp_path / "root" / f"{name}_s1" / "eval_20w1s.json")
+  with pytest.raises(FileNotFoundError, match=r"eval_20w1s\.json does not exist: evaluate"):
+    omniglot_standard.main(["--no-run", f"--root={tmp_path / 'root'}", "--seeds=0,1",
+                            f"--out={out}"])

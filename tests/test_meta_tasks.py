@@ -348,3 +348,26 @@ def test_committed_omniglot_configs_learn_on_the_real_data(name, data_dir, tmp_p
   assert after["accuracy"] > before["accuracy"] + 0.15, (before, after)
   if c.meta.one_shot_runs:
     assert after["one_shot_error"] < before["one_shot_error"] - 0.1, (before, after)
+
+
+@pytest.mark.slow  # ~25 s on 2 busy cores, most of it decoding images_background.zip.
+def test_lake_protocol_config_trains_on_all_background_characters_and_scores_the_runs(
+    data_dir, tmp_path):
+  """configs/omniglot_lake_support_hypernet.py as committed (the full background zip,
+  all 964 characters x 4 rotations meta-trained, none held out), 3 meta-steps: the
+  evaluation is the 20 official runs alone, ``one_shot_error`` = 1 - ``accuracy`` over
+  their 400 queries, equal to the reference scorer
+  (:func:`hypernet.data.omniglot.one_shot_error_rate`) on the same weights."""
+  c = _config("omniglot_lake_support_hypernet")
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.num_steps, c.log_every, c.eval_every, c.checkpoint_every = 3, 3, 0, 3
+  trainer = loop.Trainer(c, str(tmp_path))
+  task = trainer.task
+  assert (task.num_train_classes, task.num_test_classes, len(task.runs)) == (4 * 964, 0, 20)
+  trainer.train_chunk(trainer.train_iterator(0), 3)
+  ev = trainer.evaluate()
+  assert ev["one_shot_error"] == pytest.approx(1.0 - ev["accuracy"], abs=1e-6)
+  assert ev["one_shot_error"] == pytest.approx(task.one_shot_error_rate(), abs=1e-6)
+  assert ev["one_shot_error"] * 400 == pytest.approx(round(ev["one_shot_error"] * 400),
+                                                     abs=1e-3)
+  assert ev["one_shot_error"] < 0.95  # Far better than chance (19 in 20) from the start.

@@ -20,7 +20,8 @@ inner-loop learner of :mod:`hypernet.meta` (MAML, first-order MAML, Meta-SGD, AN
   tasks (held-out classes; the same tasks at every evaluation) and reports the mean
   post-adaptation query accuracy (or MSE) with its 95% confidence interval over tasks,
   and, with ``config.meta.one_shot_runs``, the error rate on the 20 official 20-way
-  one-shot runs of Lake et al. 2015.
+  one-shot runs of Lake et al. 2015 (the runs alone where no character is held out,
+  ``config.data.num_test_characters = 0``).
 
 Task families (``config.task``):
 
@@ -394,7 +395,11 @@ class MetaLearningTask(protocol.Task):
       loading ``config.meta.one_shot_runs``.
 
   Few-shot attributes: ``num_train_classes`` / ``num_test_classes`` (the meta-train and
-  meta-test classes, rotations counted), ``runs`` (the one-shot runs, maybe empty). The
+  meta-test classes, rotations counted), ``runs`` (the one-shot runs, maybe empty). With
+  ``config.data.num_test_characters = 0`` (Omniglot, every character meta-trained: Lake
+  et al.'s protocol) the runs are the only meta-test tasks (``num_test_classes`` 0,
+  ``config.meta.eval_episodes`` unused): ``accuracy`` is theirs and ``one_shot_error``
+  = 1 - ``accuracy``. The
   images live in the episode functions only (8-bit coded where that is exact).
 
   Raises:
