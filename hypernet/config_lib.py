@@ -391,7 +391,7 @@ def _check_meta(config) -> None:
         f"config.meta.num_shots + max(num_queries, eval_queries) = {mc.num_shots} + "
         f"{max(mc.num_queries, mc.eval_queries)} = {needed} drawings per class, but Omniglot "
         f"has {OMNIGLOT_DRAWINGS} per character; lower num_shots or the query counts.")
-  _check_omniglot_split(config)
+  check_omniglot_split(config)
 
 
 # The zips whose alphabets Lake et al.'s one-shot runs (all_runs.zip) are drawn from.
@@ -403,9 +403,16 @@ def omniglot_zip_names(config) -> List[str]:
   return [z.strip() for z in str(config.data.omniglot_zips).split(",") if z.strip()]
 
 
-def _check_omniglot_split(config) -> None:
+def check_omniglot_split(config) -> None:
   """Omniglot's held-out characters, and Lake et al.'s protocol for the one-shot runs:
-  meta-training must not read the evaluation alphabets the runs are drawn from."""
+  meta-training must not read the evaluation alphabets the runs are drawn from
+  (:data:`ONE_SHOT_RUNS_ALPHABETS`).
+
+  Raises:
+    ConfigError: ``config.data.omniglot_zips`` names ``images_evaluation.zip`` while
+      ``config.meta.one_shot_runs`` is set (the leak, with the fix); no held-out
+      characters (``num_test_characters=0``) without the runs; a negative count.
+  """
   dc, runs = config.data, str(config.meta.one_shot_runs).strip()
   leaked = [z for z in omniglot_zip_names(config)
             if z.replace("\\", "/").rsplit("/", 1)[-1].startswith(ONE_SHOT_RUNS_ALPHABETS)]

@@ -368,6 +368,9 @@ def test_one_shot_runs_with_the_evaluation_alphabets_in_meta_training_are_refuse
   config_lib.validate(c)
   c.data.omniglot_zips = zips
   _fails_before_training(c, tmp_path, "^" + re.escape(LEAK) + "$")
+  from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config_lib.ConfigError, match="^" + re.escape(LEAK) + "$"):
+    meta_learning.MetaLearningTask(c)   # Built without validate(): refused before loading.
   c.meta.one_shot_runs = ""   # No runs: no leak (episodes on held-out characters).
   c.data.num_test_characters = max(c.data.num_test_characters, 20)
   config_lib.validate(c)

@@ -191,6 +191,7 @@ def _load_few_shot_data(config):
   dc = config.data
   if dc.name == "omniglot":
     from hypernet.data import omniglot  # pylint: disable=g-import-not-at-top
+    config_lib.check_omniglot_split(config)  # Also where no validate() ran: before loading.
     folder = omniglot_dir(config)
     zips = [z.strip() for z in str(dc.omniglot_zips).split(",") if z.strip()]
     if not zips:
