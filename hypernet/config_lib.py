@@ -352,6 +352,7 @@ def _check_augment(config) -> None:
 # (hypernet/meta/support_hypernet.py, protonet.py): trained at more ways than tested
 # (meta.train_ways, the head masks the classes an episode lacks), no 'before' metrics.
 _PROTOTYPE_HEAD_LEARNERS = ("support_hypernet", "protonet")
+PROTOTYPE_HEAD_LEARNERS = _PROTOTYPE_HEAD_LEARNERS   # Public: hypernet.evaluate --set.
 
 
 def _check_meta(config) -> None:

@@ -13,8 +13,8 @@ episodes or queries (:data:`EVAL_FIELDS`; values parsed to the field's type); th
 then ``eval_step<N>_<setting>.json`` (e.g. ``eval_step5000_num_ways20_num_shots5.json``)
 and records the fields set. A field that would change the trained parameters' shapes is
 refused in one line (MAML's 5-way head asked for 20-way episodes); the
-support-conditioned hypernetwork serves any N up to its head's width
-(``config.meta.train_ways``). ``--export`` also writes the target
+support-conditioned hypernetwork and Prototypical Networks serve any N up to their head's
+width (``config.meta.train_ways``). ``--export`` also writes the target
 network with its produced weights as a plain ``.keras`` model
 (:mod:`hypernet.training.export`) and prints its input contract: it takes the stored
 pixels (it scales them as training did) and outputs logits, or probabilities with
@@ -87,8 +87,9 @@ def eval_config(config, overrides=()):
 
   Returns:
     ``(config, {field: value})``: a new config (``config`` is not changed) and the values
-    set. A support-conditioned hypernetwork asked for fewer ways than its head has keeps
-    its head (``config.meta.train_ways`` set to the head's width; unused classes masked).
+    set. A learner that writes its head per task (the support-conditioned hypernetwork,
+    Prototypical Networks) asked for fewer ways than its head has keeps the head
+    (``config.meta.train_ways`` set to the head's width; unused classes masked).
 
   Raises:
     ConfigError: one line naming the field: not a field, a value that does not parse or
@@ -117,18 +118,19 @@ def eval_config(config, overrides=()):
 
 def _check_trained_shapes(config, new, applied) -> None:
   """Raises ConfigError when ``new`` needs parameters of other shapes than ``config``
-  trained; keeps a support-conditioned hypernetwork's head width (sets train_ways)."""
+  trained; keeps the head width of a learner that writes it per task (sets train_ways)."""
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   if config.task != "few_shot":
     return
   head, asked = config_lib.head_ways(config), int(new.meta.num_ways)
   learner = config.meta.learner
   if config_lib.head_ways(new) != head:
-    if learner == "support_hypernet" and asked <= head:
+    per_task = learner in config_lib.PROTOTYPE_HEAD_LEARNERS
+    if per_task and asked <= head:
       new.meta.train_ways = head
-    elif learner == "support_hypernet":
+    elif per_task:
       raise config_lib.ConfigError(
-          f"--set meta.num_ways={asked}: the run's generated head has {head} outputs "
+          f"--set meta.num_ways={asked}: the run's per-task head has {head} outputs "
           f"(config.meta.train_ways={config.meta.train_ways}, num_ways="
           f"{config.meta.num_ways} when trained), so it serves up to {head}-way episodes; "
           f"meta-train with --config.meta.train_ways={asked} or more.")
@@ -136,8 +138,9 @@ def _check_trained_shapes(config, new, applied) -> None:
       raise config_lib.ConfigError(
           f"--set meta.num_ways={asked}: learner {learner!r} adapts the run's {head}-way "
           f"head (config.meta.num_ways={config.meta.num_ways} when trained), so it "
-          f"evaluates {head}-way episodes only; learner 'support_hypernet' with "
-          f"config.meta.train_ways >= N serves any N-way.")
+          f"evaluates {head}-way episodes only; learners "
+          f"{' and '.join(map(repr, config_lib.PROTOTYPE_HEAD_LEARNERS))} (a head "
+          "written per task) with config.meta.train_ways >= N serve any N-way.")
   rows = lambda c: max(int(c.meta.inner_steps), int(c.meta.eval_inner_steps))
   per_step = config.meta.bn_mode == "per_step" or config.meta.per_step_bn_weights
   if per_step and config.model.name == "conv4" and rows(new) != rows(config):

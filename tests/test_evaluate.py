@@ -289,15 +289,23 @@ def test_eval_config_keeps_a_support_hypernetwork_head_for_fewer_ways():
   assert evaluate.setting_tag({"meta.eval_steps_sweep": (1, 5), "meta.num_shots": 5}) == \
       "num_shots5_eval_steps_sweep1-5"
   assert evaluate.eval_config(c, []) == (c, {})
+  # Prototypical Networks trained 40-way serve the standard split's four settings.
+  protonet = config_lib.load_config_file(os.path.join(REPO, "configs",
+                                                      "omniglot_standard_protonet.py"))
+  for ways, shots in ((5, 1), (5, 5), (20, 1), (20, 5)):
+    new, _ = evaluate.eval_config(protonet, [f"meta.num_ways={ways}",
+                                             f"meta.num_shots={shots}"])
+    assert config_lib.head_ways(new) == 40 and new.meta.num_shots == shots
 
 
 @pytest.mark.parametrize("config_name,overrides,message", [
     ("omniglot_maml", ["meta.num_ways=20"],
      "--set meta.num_ways=20: learner 'maml' adapts the run's 5-way head "
-     "(config.meta.num_ways=5 when trained), so it evaluates 5-way episodes only; learner "
-     "'support_hypernet' with config.meta.train_ways >= N serves any N-way."),
+     "(config.meta.num_ways=5 when trained), so it evaluates 5-way episodes only; learners "
+     "'support_hypernet' and 'protonet' (a head written per task) with "
+     "config.meta.train_ways >= N serve any N-way."),
     ("omniglot_standard_support_hypernet", ["meta.num_ways=41"],
-     "--set meta.num_ways=41: the run's generated head has 40 outputs (config.meta."
+     "--set meta.num_ways=41: the run's per-task head has 40 outputs (config.meta."
      "train_ways=40, num_ways=5 when trained), so it serves up to 40-way episodes; "
      "meta-train with --config.meta.train_ways=41 or more."),
     ("omniglot_maml", ["meta.num_way=5"],
