@@ -16,9 +16,10 @@ constant); the regulariser is evaluated at the current parameters (their look-ah
 ``continual.lookahead=True``, is off); CL3 infers the task from input densities, not
 their HNET+TIR replay network.
 
-Measured, seed 0 (CL1 final / during / forgetting in points, CL3 final; 2 shared cores):
+Measured, seed 0 (CL1 final / during %, forgetting in points, CL3 final %; 2 shared cores):
 beta 0.01 96.61 / 99.46 / 2.85, CL3 90.28 (603 s, load ~8); beta 0.05 (committed)
-98.88 / 99.24 / 0.36, CL3 92.44 (1,158 s, load ~9-10); independent 400-400 networks
+98.88 / 99.24 / 0.36, CL3 92.44 (1,158 s, load ~9-10); beta 0.05 with the look-ahead
+98.33 / 99.36 / 1.02, CL3 91.97 (590 s); independent 400-400 networks
 99.84 / 99.84 / 0, CL3 92.92 (512 s). Short of the paper's 99.79: the later tasks are
 learned ~0.5-1.5 points below an independent network (experiments/RESULTS_continual.md).
 
