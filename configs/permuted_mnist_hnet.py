@@ -49,4 +49,5 @@ def get_config():
   c.hypernet.hidden = (25, 25)
   c.hypernet.condition_dim = 24
   c.optim.lr = 1e-4
+  c.optim.schedule = "cosine"   # over each task (the optimiser restarts per task)
   return c

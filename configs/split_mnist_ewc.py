@@ -1,5 +1,5 @@
 """Baseline for split_mnist_hnet.py in the same loop and setting (target 784-400-400,
-2,000 steps per task, batch 128, Adam 1e-3 decayed per task): method "ewc"
+2,000 steps per task, batch 128, Adam 1e-3, constant): method "ewc"
 (see hypernet/tasks/continual_learning.py).
 
     python -m hypernet.train --config=configs/split_mnist_ewc.py \
