@@ -20,7 +20,7 @@ with the step decayed by a cosine over each task: beta 0.01 96.61 / 99.46 / 2.85
 90.28 (603 s, load ~8); beta 0.05 98.88 / 99.24 / 0.36, CL3 92.44; beta 0.1 98.88 /
 99.07 / 0.19, CL3 92.46 (718 s); beta 0.05 with the look-ahead 98.33 / 99.36 / 1.02, CL3
 91.97 (590 s); with a constant step, beta 0.05 (committed): 98.95 / 99.09 / 0.13, CL3
-92.49 (704 s, load ~8); independent 400-400 networks
+92.49 (704 s, load ~8); independent 400-400 networks (cosine)
 99.84 / 99.84 / 0, CL3 92.92 (512 s). Short of the paper's 99.79: the later tasks are
 learned ~0.5-1.5 points below an independent network (experiments/RESULTS_continual.md).
 
