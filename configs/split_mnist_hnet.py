@@ -22,7 +22,7 @@ with the step decayed by a cosine over each task: beta 0.01 96.61 / 99.46 / 2.85
 91.97 (590 s); with a constant step, beta 0.05 (committed): 98.95 / 99.09 / 0.13, CL3
 92.49 (704 s, load ~8); independent 400-400 networks (cosine)
 99.84 / 99.84 / 0, CL3 92.92 (512 s). Short of the paper's 99.79: the later tasks are
-learned ~0.5-1.5 points below an independent network (experiments/RESULTS_continual.md).
+learned ~0.5-2.5 points below an independent network (experiments/RESULTS_continual.md).
 
 Baselines in the same loop and setting: split_mnist_{finetune,ewc,independent}.py.
 
