@@ -1,22 +1,28 @@
 """Continual-learning results table and accuracy heat-maps from the committed configs.
 
-Runs (or, with ``--no-run``, only reads) ``configs/{split,permuted}_fmnist_{hnet,finetune,
+Runs (or, with ``--no-run``, only reads) ``configs/{split,permuted}_<data>_{hnet,finetune,
 ewc,independent}.py`` for the given seeds with ``python -m hypernet.train``, each in
-``ROOT/<config>_s<seed>``, reads their ``final_metrics.json`` and writes:
+``ROOT/<config>_s<seed>``, reads their ``final_metrics.json`` and writes (``<data>``:
+``fmnist`` for ``--dataset=fashion_mnist``, the default; ``mnist`` for ``--dataset=mnist``,
+von Oswald et al. 2020's own benchmarks):
 
 * the table printed (copied into ``experiments/RESULTS_continual.md``): per benchmark and method, mean final accuracy,
   mean during-training accuracy and forgetting (CL1 and CL3; mean +- std over seeds),
   compression ratio, wall time;
 * ``experiments/continual_matrices_<benchmark>.png``: the CL1 accuracy matrices (row:
-  after task t, column: task k) of each method, first seed, one figure per benchmark run;
+  after task t, column: task k) of each method, first seed, one figure per benchmark run
+  (``continual_matrices_mnist_<benchmark>.png`` for MNIST);
 * ``experiments/continual_curves_<benchmark>.png``: the learning curves, mean accuracy
-  over the tasks learned so far after each task (CL1 and CL3), mean +- std over seeds.
+  over the tasks learned so far after each task (CL1 and CL3), mean +- std over seeds
+  (``continual_curves_mnist_<benchmark>.png`` for MNIST).
 
 Each seed's final accuracy is given with its binomial 95% confidence half-width
 ``1.96 sqrt(p (1 - p) / N)`` over the ``N`` test images of all tasks.
 
     python experiments/continual.py --data_dir=../shared/data/fashion-mnist \
         --root=/tmp/hypernet/continual --seeds=0,1,2
+    python experiments/continual.py --dataset=mnist --data_dir=../shared/data/mnist \
+        --root=/tmp/hypernet/continual_mnist --seeds=0,1,2
 
 A small run of the whole pipeline (4 steps per task, 2 methods, in its own root):
 
@@ -41,6 +47,19 @@ BENCHMARKS = ("split", "permuted")
 METHODS = ("hnet", "finetune", "ewc", "independent")
 LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
           "ewc": "online EWC", "independent": "independent networks"}
+# --dataset: (the configs' name part, the name in tables and plots, the plots' file prefix).
+DATASETS = {"fashion_mnist": ("fmnist", "Fashion-MNIST", ""),
+            "mnist": ("mnist", "MNIST", "mnist_")}
+# Test images per class (Fashion-MNIST: 1,000 each; MNIST: the t10k label counts, as
+# ../shared/data/mnist/README.md lists them).
+TEST_PER_CLASS = {"fashion_mnist": (1000,) * 10,
+                  "mnist": (980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009)}
+
+
+def config_name(benchmark: str, dataset: str, method: str) -> str:
+  """``configs/<name>.py`` of a benchmark, data set (a ``DATASETS`` key) and method, e.g.
+  ``split_mnist_hnet``."""
+  return f"{benchmark}_{DATASETS[dataset][0]}_{method}"
 
 
 def unfinished(workdir: str):
@@ -83,15 +102,19 @@ def short_run_overrides(name: str, steps_per_task: int) -> list:
           f"--config.num_steps={config.continual.num_tasks * steps_per_task}"]
 
 
-def test_images(workdir: str) -> int:
-  """The number of test images a run's final accuracy averages over (Fashion-MNIST: 1,000
-  per class; a permuted task holds all 10,000 unless ``eval_examples_per_task``)."""
+def test_images(workdir: str, dataset: str = "fashion_mnist") -> int:
+  """The number of test images a run's final accuracy averages over: split task ``t``
+  holds the test images of classes ``[t c, (t + 1) c)`` (``TEST_PER_CLASS``), a permuted
+  task all 10,000; each at most ``eval_examples_per_task`` when that is set."""
   with open(os.path.join(workdir, "config.json")) as f:
     cc = json.load(f)["continual"]
-  per_task = 1000 * int(cc["classes_per_task"]) if cc["benchmark"] == "split" else 10000
-  if int(cc.get("eval_examples_per_task") or 0):
-    per_task = min(per_task, int(cc["eval_examples_per_task"]))
-  return per_task * int(cc["num_tasks"])
+  counts = TEST_PER_CLASS[dataset]
+  c, limit = int(cc["classes_per_task"]), int(cc.get("eval_examples_per_task") or 0)
+  if cc["benchmark"] == "split":
+    per_task = [sum(counts[t * c:(t + 1) * c]) for t in range(int(cc["num_tasks"]))]
+  else:
+    per_task = [sum(counts)] * int(cc["num_tasks"])
+  return sum(min(n, limit) if limit else n for n in per_task)
 
 
 def _per_seed(runs, key):
@@ -110,14 +133,15 @@ def _fmt(values, scale=100.0):
   return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
 
 
-def table(results: dict, seeds) -> str:
+def table(results: dict, seeds, dataset: str = "fashion_mnist") -> str:
   lines = []
   for bench in BENCHMARKS:
     rows = [(m, results.get((bench, m))) for m in METHODS if results.get((bench, m))]
     if not rows:
       continue
     counts = sorted({len(r) for _, r in rows})
-    lines += [f"### {bench} Fashion-MNIST (seeds per method: {'/'.join(map(str, counts))})",
+    lines += [f"### {bench} {DATASETS[dataset][1]} (seeds per method: "
+              f"{'/'.join(map(str, counts))})",
               "",
               "| method | CL1 final | CL1 during | CL1 forgetting | CL3 final | CL3 forgetting "
               "| compression | wall time (s) |",
@@ -155,10 +179,12 @@ def _benchmarks_run(results: dict):
       yield bench, methods
 
 
-def curves(results: dict, out_dir: str) -> list:
-  """Writes ``continual_curves_<benchmark>.png``: after each task t, the mean accuracy
-  over tasks 0..t (CL1 left, CL3 right; row t of the accuracy matrices), one line per
-  method, mean +- std over its seeds. Returns the paths written."""
+def curves(results: dict, out_dir: str, dataset: str = "fashion_mnist") -> list:
+  """Writes ``continual_curves_<prefix><benchmark>.png`` (prefix ``DATASETS[dataset][2]``):
+  after each task t, the mean accuracy over tasks 0..t (CL1 left, CL3 right; row t of the
+  accuracy matrices), one line per method, mean +- std over its seeds. Returns the paths
+  written."""
+  _, shown_name, prefix = DATASETS[dataset]
   plt = _pyplot()
   paths = []
   for bench, methods in _benchmarks_run(results):
@@ -177,23 +203,24 @@ def curves(results: dict, out_dir: str) -> list:
       ax.set_xticks(x)
       ax.set_xlabel("tasks learned", fontsize=8)
       ax.set_ylabel(f"mean {scenario.upper()} accuracy over them (%)", fontsize=8)
-      ax.set_title(f"{bench} Fashion-MNIST, {scenario.upper()}", fontsize=9)
+      ax.set_title(f"{bench} {shown_name}, {scenario.upper()}", fontsize=9)
       ax.tick_params(labelsize=7)
       ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = os.path.join(out_dir, f"continual_curves_{bench}.png")
+    path = os.path.join(out_dir, f"continual_curves_{prefix}{bench}.png")
     fig.savefig(path)
     plt.close(fig)
     paths.append(path)
   return paths
 
 
-def heatmaps(results: dict, out_dir: str) -> list:
-  """Writes ``continual_matrices_<benchmark>.png`` in ``out_dir`` for each benchmark in
-  ``results``: one panel per method, the CL1 accuracy matrix of its first seed (rows:
-  after learning task t; columns: task evaluated; colour scale 50-100%). Returns the
-  paths written."""
+def heatmaps(results: dict, out_dir: str, dataset: str = "fashion_mnist") -> list:
+  """Writes ``continual_matrices_<prefix><benchmark>.png`` (prefix
+  ``DATASETS[dataset][2]``) in ``out_dir`` for each benchmark in ``results``: one panel
+  per method, the CL1 accuracy matrix of its first seed (rows: after learning task t;
+  columns: task evaluated; colour scale 50-100%). Returns the paths written."""
+  prefix = DATASETS[dataset][2]
   plt = _pyplot()
   paths = []
   for bench, methods in _benchmarks_run(results):
@@ -218,7 +245,7 @@ def heatmaps(results: dict, out_dir: str) -> list:
           ax.text(j, i, f"{v:.0f}", ha="center", va="center",
                   fontsize=6 if matrix.shape[0] <= 5 else 4, color="white")
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="CL1 test accuracy (%)")
-    path = os.path.join(out_dir, f"continual_matrices_{bench}.png")
+    path = os.path.join(out_dir, f"continual_matrices_{prefix}{bench}.png")
     fig.savefig(path)
     plt.close(fig)
     paths.append(path)
@@ -228,7 +255,10 @@ def heatmaps(results: dict, out_dir: str) -> list:
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--data_dir", default="", help="Fashion-MNIST IDX folder")
+  parser.add_argument("--dataset", default="fashion_mnist", choices=sorted(DATASETS),
+                      help="the configs run: configs/<benchmark>_fmnist_<method>.py "
+                      "(fashion_mnist) or configs/<benchmark>_mnist_<method>.py (mnist)")
+  parser.add_argument("--data_dir", default="", help="the data set's IDX folder")
   parser.add_argument("--root", default="/tmp/hypernet/continual", help="workdirs go here")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
@@ -256,7 +286,7 @@ def main():
   results = {}
   for bench in args.benchmarks.split(","):
     for method in METHODS:
-      name = f"{bench}_fmnist_{method}"
+      name = config_name(bench, args.dataset, method)
       runs = []
       for seed in seeds:
         workdir = os.path.join(args.root, f"{name}_s{seed}")
@@ -270,7 +300,7 @@ def main():
             result = seed_runs.train_or_read(name, workdir, seed, args.data_dir, short)
             why = unfinished(workdir)
             if why is None:
-              result["_test_images"] = test_images(workdir)
+              result["_test_images"] = test_images(workdir, args.dataset)
               runs.append(result)
         elif os.path.isdir(workdir):
           why = unfinished(workdir)
@@ -282,10 +312,11 @@ def main():
     parser.exit(1, f"{parser.prog}: error: no finished runs under {args.root} (benchmarks "
                    f"{args.benchmarks}, seeds {args.seeds}); run without --no-run to train "
                    f"them.\n")
-  text = table(results, seeds)
+  text = table(results, seeds, args.dataset)
   print(text)
   os.makedirs(args.out, exist_ok=True)
-  for path in heatmaps(results, args.out) + curves(results, args.out):
+  for path in (heatmaps(results, args.out, args.dataset) +
+               curves(results, args.out, args.dataset)):
     print("wrote", path)
 
 

@@ -140,6 +140,32 @@ def test_continual_no_run_skips_unfinished_runs_and_creates_out(tmp_path):
   assert os.path.getsize(out_dir / "continual_curves_split.png") > 1000
 
 
+def test_continual_mnist_reads_the_mnist_configs_runs(tmp_path):
+  """``--dataset=mnist`` reads ``split_mnist_*`` runs (not the Fashion-MNIST ones), names
+  MNIST in the table and writes its own plots; each seed's CI95 is over the MNIST test
+  images of the tasks: at most 2,000 of each task's classes {0,1} 2,115, {2,3} 2,042,
+  {4,5} 1,874, {6,7} 1,986, {8,9} 1,983 (the t10k label counts): 9,843."""
+  root = str(tmp_path / "root")
+  workdir = _fake_run(root, "split_mnist_finetune", 5000)
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = json.load(f)
+  config["continual"]["eval_examples_per_task"] = 2000
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump(config, f)
+  _fake_run(root, "split_fmnist_hnet", 5000)
+  out_dir = tmp_path / "plots"
+  out = _run(["experiments/continual.py", "--no-run", "--dataset=mnist", f"--root={root}",
+              f"--out={out_dir}"], timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "### split MNIST (seeds per method: 1)" in out.stdout
+  assert "HNET" not in out.stdout            # The Fashion-MNIST run is not read.
+  half = 196 * (0.5 * 0.5 / 9843) ** 0.5     # CL3 0.5 over 9,843 images: 0.988 points
+  assert f"| fine-tuning | 95.00 ± 0.43 | 50.00 ± {half:.2f} |" in out.stdout
+  assert f"{half:.2f}" != f"{196 * (0.25 / 10000) ** 0.5:.2f}"   # Not the 10,000 of F-MNIST.
+  assert sorted(os.listdir(out_dir)) == ["continual_curves_mnist_split.png",
+                                         "continual_matrices_mnist_split.png"]
+
+
 def test_continual_no_run_on_an_empty_root_fails(tmp_path):
   out = _run(["experiments/continual.py", "--no-run", f"--root={tmp_path}",
               f"--out={tmp_path}"], timeout=60)

@@ -1,0 +1,18 @@
+"""Baseline for permuted_mnist_hnet.py in the same loop and setting (target
+784-1000-1000, 5,000 steps per task, batch 128, Adam 1e-4 decayed per task): method
+"ewc" (see hypernet/tasks/continual_learning.py).
+
+    python -m hypernet.train --config=configs/permuted_mnist_ewc.py \
+        --workdir=/tmp/hypernet/permuted_mnist_ewc --config.data.data_dir=../shared/data/mnist
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.sibling_config(__file__, "permuted_mnist_hnet")
+  c.continual.method = "ewc"
+  c.hypernet.kind = "none"
+  # The strength chosen on permuted Fashion-MNIST (configs/permuted_fmnist_ewc.py: the
+  # forgetting hardly moves over lambda 1e4-1e6), not tuned on MNIST.
+  c.continual.ewc_lambda = 1e5
+  return c

@@ -1,0 +1,58 @@
+"""Split MNIST (5 tasks of 2 digits: {0,1}, {2,3}, ..., {8,9}) as von Oswald, Henning,
+Grewe & Sacramento 2020 ("Continual learning with hypernetworks", ICLR; Table 1: HNET,
+CL1, 99.79%) ran it, on the official MNIST: a task-conditioned chunked hypernetwork
+generates every weight of the target and the output regulariser keeps the weights of
+earlier tasks. Scored in CL1 (task given) and CL3 (task inferred from per-task input
+densities, ``continual.task_inference="ppca"``; ``"entropy"`` is their HNET+ENT).
+
+Their settings (chrhenning/hypercl, ``mnist/train_args_default.py``, split MNIST
+classifier): target MLP 784-400-400 (ReLU), 2,000 iterations per task, batch 128, Adam
+lr 1e-3; hypernetwork: chunks of 42,000 weights from a ReLU generator (10, 10) fed
+[96-d chunk embedding; 96-d task embedding], beta 0.01. Here the same: target
+784-400-400-2 (475,202 weights), hypernetwork 465,672 trainable parameters (fewer than
+one target: compression 1.02x, their ratio 0.98), a constant step (the optimiser
+restarts per task). What differs: beta 0.05 (below); the regulariser is evaluated at the
+current parameters (their look-ahead, ``continual.lookahead=True``, is off); CL3 infers
+the task from input densities, not their HNET+TIR replay network.
+
+Measured, seed 0 (CL1 final / during %, forgetting in points, CL3 final %; 2 shared cores):
+with the step decayed by a cosine over each task: beta 0.01 96.61 / 99.46 / 2.85, CL3
+90.28 (603 s, load ~8); beta 0.05 98.88 / 99.24 / 0.36, CL3 92.44; beta 0.1 98.88 /
+99.07 / 0.19, CL3 92.46 (718 s); beta 0.05 with the look-ahead 98.33 / 99.36 / 1.02, CL3
+91.97 (590 s); with a constant step, beta 0.05 (committed): 98.95 / 99.09 / 0.13, CL3
+92.49 (704 s, load ~8); independent 400-400 networks (cosine)
+99.84 / 99.84 / 0, CL3 92.92 (512 s). Short of the paper's 99.79: the later tasks are
+learned ~0.5-2.5 points below an independent network (experiments/RESULTS_continual.md).
+
+Baselines in the same loop and setting: split_mnist_{finetune,ewc,independent}.py.
+
+    python -m hypernet.train --config=configs/split_mnist_hnet.py \
+        --workdir=/tmp/hypernet/split_mnist_hnet --config.data.data_dir=../shared/data/mnist
+    python experiments/continual.py --dataset=mnist --data_dir=../shared/data/mnist \
+        --root=/tmp/hypernet/continual_mnist --seeds=0,1,2 --benchmarks=split
+"""
+from hypernet import config_lib
+
+
+def get_config():
+  c = config_lib.sibling_config(__file__, "split_fmnist_hnet")
+  c.data.name = "mnist"
+  c.data.data_dir = ""           # IDX folder; pass --config.data.data_dir=../shared/data/mnist
+  c.continual.num_tasks = 5
+  c.continual.steps_per_task = 2000
+  c.num_steps = 10000            # num_tasks * steps_per_task
+  c.batch_size = 128
+  c.continual.beta = 0.05         # theirs 0.01: forgetting 2.85 points here (seed 0)
+  c.model.conv_widths = ()
+  c.model.dense_widths = (400, 400)
+  c.hypernet.kind = "chunked"
+  c.hypernet.targets = "*"
+  c.hypernet.chunk_size = 42000
+  c.hypernet.chunk_emb_dim = 96
+  c.hypernet.hidden = (10, 10)
+  c.hypernet.condition_dim = 96
+  c.optim.lr = 1e-3
+  c.optim.schedule = "constant"   # theirs; a cosine per task: 98.88 / forgetting 0.36
+  c.continual.task_inference = "ppca"
+  c.continual.ppca_components = 20
+  return c
