@@ -158,8 +158,9 @@ def table(name: str, seeds: Dict[int, Dict[str, Dict]]) -> str:
                  f" | {'' if train is None else f'{train / 60:.1f} min'} | "
                  f"{evals / 60:.1f} min |")
   means = [_mean_sd([s[n]["accuracy"] for s in seeds.values()]) for n in names]
-  lines.append(f"| mean +- sd ({len(seeds)}) | " +
-               " | ".join(f"**{m:.2f} +- {sd:.2f}**" for m, sd in means) + " | | |")
+  lines.append(f"| mean +- sd ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) | " +
+               " | ".join(f"**{m:.2f}**" if np.isnan(sd) else f"**{m:.2f} +- {sd:.2f}**"
+                            for m, sd in means) + " | | |")
   if name in TARGETS:
     what, bounds = TARGETS[name]
     lines.append(f"| target ({what}) | " + " | ".join(f">= {b:g}" for b in bounds) + " | | |")
