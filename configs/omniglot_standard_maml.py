@@ -34,5 +34,4 @@ def get_config():
   c.batch_size = 8                   # Finn et al.: 32 (configs/omniglot_standard_maml_full.py)
   c.num_steps = 5000                 # Finn et al.: 60,000
   c.eval_every = 500
-  c.checkpoint_every = 500
   return c

@@ -371,3 +371,72 @@ def test_lake_protocol_config_trains_on_all_background_characters_and_scores_the
   assert ev["one_shot_error"] * 400 == pytest.approx(round(ev["one_shot_error"] * 400),
                                                      abs=1e-3)
   assert ev["one_shot_error"] < 0.95  # Far better than chance (19 in 20) from the start.
+
+
+# -- The gradient-based learners on Omniglot's standard split (experiments/omniglot_learners.py)
+# Each config is checked as its sibling plus the fields its docstring names, not trained:
+# the training path of each learner runs in test_meta_configs_validate_and_build's configs
+# and the smoke tests of omniglot_{maml,fomaml,anil,mamlpp}.
+_STANDARD_EVAL = {"meta.eval_queries": 15, "meta.eval_episodes": 1000}
+_FULL_MAML = {"meta.num_queries": 1, "batch_size": 32, "num_steps": 60000,
+              "eval_every": 5000, "checkpoint_every": 1000}
+
+
+def _flat(config, prefix=""):
+  out = {}
+  for key, value in config.items():
+    if hasattr(value, "items"):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+@pytest.mark.parametrize("name,sibling,changes", [
+    ("omniglot_standard_maml", "omniglot_maml",
+     dict(_STANDARD_EVAL, batch_size=8, num_steps=5000, eval_every=500)),
+    ("omniglot_standard_fomaml", "omniglot_standard_maml",
+     {"meta.learner": "fomaml", "jit_compile": "auto"}),
+    ("omniglot_standard_anil", "omniglot_standard_maml", {"meta.learner": "anil"}),
+    ("omniglot_standard_mamlpp", "omniglot_mamlpp",
+     dict(_STANDARD_EVAL, **{"data.omniglot_zips": "images_background.zip,"
+                             "images_evaluation.zip", "data.num_test_characters": 423})),
+    ("omniglot_standard_maml_full", "omniglot_standard_maml", _FULL_MAML),
+    ("omniglot_standard_fomaml_full", "omniglot_standard_maml_full",
+     {"meta.learner": "fomaml", "jit_compile": "auto"}),
+    ("omniglot_standard_anil_full", "omniglot_standard_maml_full", {"meta.learner": "anil"}),
+    ("omniglot_standard_mamlpp_full", "omniglot_standard_mamlpp",
+     {"meta.num_queries": 1, "meta.msl_anneal_steps": 10000, "meta.first_order_steps": 0,
+      "batch_size": 16, "num_steps": 125000, "eval_every": 5000, "checkpoint_every": 1000}),
+])
+def test_standard_learner_config_is_its_sibling_with_the_stated_changes(name, sibling,
+                                                                         changes):
+  """Each config validates and differs from the config it builds on in exactly the fields
+  its docstring names (to the values named there); all meta-train and meta-test on the
+  standard split of omniglot_standard_support_hypernet, 5-way 1-shot."""
+  config, base = _config(name), _config(sibling)
+  config_lib.validate(config)
+  flat, flat_base = _flat(config), _flat(base)
+  assert set(flat) == set(flat_base)
+  assert {k: v for k, v in flat.items() if v != flat_base[k]} == changes
+  standard = _flat(_config("omniglot_standard_support_hypernet"))
+  for field in ("data.omniglot_zips", "data.num_test_characters", "data.split_seed",
+                "data.rotations", "meta.num_ways", "meta.num_shots", "meta.eval_queries",
+                "meta.eval_episodes"):
+    assert flat[field] == standard[field], field
+  assert (flat["data.num_test_characters"], flat["data.split_seed"]) == (423, 0)
+  # The first-order variants change what omniglot_fomaml changes in omniglot_maml.
+  if "fomaml" in name:
+    fomaml, maml = _flat(_config("omniglot_fomaml")), _flat(_config("omniglot_maml"))
+    assert {k: v for k, v in fomaml.items() if v != maml[k]} == changes
+
+
+def test_standard_learners_share_the_cpu_budget_but_maml_plus_plus_steps():
+  """The four CPU configs compare on one plot: meta-batch 8 each, 5,000 meta-steps with a
+  held-out evaluation every 500 (MAML++: 1,000, every 250, the same axis)."""
+  configs = {n: _config(f"omniglot_standard_{n}") for n in ("maml", "fomaml", "anil", "mamlpp")}
+  assert {c.batch_size for c in configs.values()} == {8}
+  for name in ("maml", "fomaml", "anil"):
+    assert (configs[name].num_steps, configs[name].eval_every) == (5000, 500)
+  assert (configs["mamlpp"].num_steps, configs["mamlpp"].eval_every) == (1000, 250)
+  assert configs["mamlpp"].meta.inner_steps == 5 and configs["maml"].meta.inner_steps == 1
