@@ -152,6 +152,37 @@ def run_curves(workdir: str, path: str, title: str, train_tags: Sequence[str] = 
   plt.close(fig)
 
 
+def heldout_accuracy_curves(lines: Sequence[Mapping], path: str, title: str) -> None:
+  """Held-out accuracy against meta-step, one colour per learner, one line per seed, from
+  the runs' ``<workdir>/eval`` TensorBoard events (``accuracy``; step 0, before any
+  training, left out as ``experiments/meta_seeds.py`` does).
+
+  Args:
+    lines: dicts with ``label`` (legend, drawn once per learner), ``workdirs`` (one
+      finished run per seed) and optionally ``dashed`` (True: a reference learner).
+    path: output PNG file.
+    title: figure title.
+  """
+  from hypernet.training import summaries  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 4.6), dpi=120)
+  colors = plt.get_cmap("tab10").colors
+  for i, line in enumerate(lines):
+    for j, workdir in enumerate(line["workdirs"]):
+      steps, values = zip(*[(s, v) for s, v in
+                            summaries.read_scalars(f"{workdir}/eval")["accuracy"] if s > 0])
+      ax.plot(steps, [100 * v for v in values], color=colors[i % len(colors)],
+              linestyle="--" if line.get("dashed") else "-", marker="o", markersize=3,
+              linewidth=1.2, label=line["label"] if j == 0 else None)
+  ax.set(xlabel="meta-step", ylabel="held-out accuracy (%)", title=title)
+  ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+      lambda x, _: f"{x / 1000:g}k" if x >= 1000 else f"{x:g}"))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8, loc="lower right")
+  fig.tight_layout()
+  fig.savefig(path, bbox_inches="tight")
+  plt.close(fig)
+
+
 if __name__ == "__main__":
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description="Curves of a finished run as a PNG.")

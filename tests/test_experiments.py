@@ -71,7 +71,8 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("script", ["digits_sweep", "compression_frontier", "continual",
-                                    "chunked_diagnostics", "meta_seeds", "omniglot_standard"])
+                                    "chunked_diagnostics", "meta_seeds", "omniglot_standard",
+                                    "omniglot_learners"])
 def test_help_exits_0(script):
   """Every experiment script starts (its flags do not clash with those of a script it
   imports: compression_frontier imports digits_sweep)."""
@@ -189,3 +190,66 @@ def test_omniglot_standard_tables_each_seed_in_four_settings_against_the_targets
   with pytest.raises(FileNotFoundError, match=r"eval_20w1s\.json does not exist: evaluate"):
     omniglot_standard.main(["--no-run", f"--root={tmp_path / 'root'}", "--seeds=0,1",
                             f"--out={out}"])
+
+
+def test_omniglot_learners_tables_each_learner_and_draws_a_curve_per_learner(tmp_path,
+                                                                           monkeypatch):
+  """experiments/omniglot_learners.py --no-run on fake finished runs of the four CPU
+  configs (two seeds of MAML): each run's accuracy +- CI95, its own meta-steps x
+  meta-batch and meta-test (its config.json), the wall time, MAML's mean +- sample sd
+  (NumPy), the published numbers with the full-budget configs, the commands; one PNG
+  with a line per seed of each learner and, dashed, the reference runs that are finished
+  (the hypernetwork's here; ProtoNets' is missing and left out)."""
+  from experiments import omniglot_learners, plots  # pylint: disable=g-import-not-at-top
+  root, refs, out = tmp_path / "root", tmp_path / "refs", tmp_path / "out"
+  accs = {"omniglot_standard_maml": {0: (0.9412, 0.0051), 1: (0.9388, 0.0049)},
+          "omniglot_standard_fomaml": {0: (0.9301, 0.0055)},
+          "omniglot_standard_anil": {0: (0.9123, 0.0061)},
+          "omniglot_standard_mamlpp": {0: (0.9607, 0.0046)}}
+  for name, by_seed in accs.items():
+    config = config_lib.load_config_file(os.path.join(REPO, "configs", f"{name}.py"))
+    for seed, (acc, ci) in by_seed.items():
+      _fake_standard_run(str(root), name, seed, [(acc, ci)], config)
+  hnet = "omniglot_standard_support_hypernet"
+  _fake_standard_run(str(refs), hnet, 0, [(0.9928, 0.0012)], config_lib.load_config_file(
+      os.path.join(REPO, "configs", f"{hnet}.py")))
+  drawn = []
+  real = plots.heldout_accuracy_curves
+  monkeypatch.setattr(plots, "heldout_accuracy_curves",
+                      lambda lines, *a: drawn.append(lines) or real(lines, *a))
+  omniglot_learners.main(["--no-run", f"--root={root}", "--seeds=0,1", f"--out={out}",
+                          f"--references_root={refs}", "--data_dir=/d",
+                          "--configs=omniglot_standard_maml"])
+  text = (out / "omniglot_learners.md").read_text()
+  # _fake_standard_run's wall time: 600 s x (seed + 1).
+  assert ("| MAML, second order (Finn et al. 2017) (`omniglot_standard_maml`) | 1 | 5,000 x 8 "
+          "| 93.88 +- 0.49 | 1,000 episodes x 15 queries | 20.0 min | 98.7 "
+          "(`omniglot_standard_maml_full`) |") in text
+  mean, sd = 100 * np.mean([0.9412, 0.9388]), 100 * np.std([0.9412, 0.9388], ddof=1)
+  assert f"| mean +- sd (2) | | **{mean:.2f} +- {sd:.2f}** |" in text
+  assert ("--config=configs/omniglot_standard_maml.py "
+          f"--workdir={root}/omniglot_standard_maml_sSEED --config.data.data_dir=/d "
+          "--config.seed=SEED") in text
+  assert [(l["label"], len(l["workdirs"]), l.get("dashed", False)) for l in drawn[0]] == [
+      ("MAML, second order (Finn et al. 2017) (8 x 5-way a step)", 2, False),
+      ("support-conditioned hypernetwork (2 x 40-way a step)", 1, True)]
+
+  omniglot_learners.main(["--no-run", f"--root={root}", "--seeds=0", f"--out={out}",
+                          f"--references_root={refs}", "--data_dir=/d"])
+  text = (out / "omniglot_learners.md").read_text()
+  assert ("| MAML++ (Antoniou et al. 2019) (`omniglot_standard_mamlpp`) | 0 | 1,000 x 8 | "
+          "96.07 +- 0.46 | 1,000 episodes x 15 queries | 10.0 min | 99.47 "
+          "(`omniglot_standard_mamlpp_full`) |") in text
+  assert "| ANIL (Raghu et al. 2020) (`omniglot_standard_anil`) | 0 | 5,000 x 8 | 91.23 +- " \
+         "0.61 | 1,000 episodes x 15 queries | 10.0 min |  |" in text
+  assert "mean +- sd" not in text  # One seed: no spread to state.
+  assert [l["label"] for l in drawn[1]] == [
+      "MAML, second order (Finn et al. 2017) (8 x 5-way a step)",
+      "first-order MAML (Finn et al. 2017) (8 x 5-way a step)",
+      "ANIL (Raghu et al. 2020) (8 x 5-way a step)",
+      "MAML++ (Antoniou et al. 2019) (8 x 5-way a step)",
+      "support-conditioned hypernetwork (2 x 40-way a step)"]
+  image = np.asarray(Image.open(out / "omniglot_learners.png").convert("L"), np.float32)
+  assert image.std() > 10  # Drawn on, not blank.
+  with pytest.raises(FileNotFoundError, match="omniglot_standard_maml_s2 has no final"):
+    omniglot_learners.main(["--no-run", f"--root={root}", "--seeds=2", f"--out={out}"])
