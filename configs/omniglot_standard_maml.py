@@ -11,8 +11,10 @@ meta-steps for the learning curve (``experiments/omniglot_learners.py``).
 
 The budget: 5,000 meta-steps x meta-batch 8 (40,000 tasks), the meta-step count of the
 standard support-hypernetwork and ProtoNets configs. Measured on 2 cores:
-``omniglot_maml`` ran 1,500 x 8 in 326 s (experiments/RESULTS_meta.md), so ~18 min of
-meta-training here plus eleven 1,000-episode evaluations. Finn et al. train 60,000 x 32
+``omniglot_maml`` ran 1,500 x 8 in 326 s (experiments/RESULTS_meta.md); this config ran
+3.3 meta-steps/s and scored 200 meta-test episodes in ~20 s beside two other trainings
+(load ~5), so ~25 min of meta-training and ~15 min for its eleven 1,000-episode
+evaluations at that load, less alone. Finn et al. train 60,000 x 32
 (1.9M tasks, 48x this) with 1 query per class and strided convolutions instead of
 max-pooling: configs/omniglot_standard_maml_full.py. ``configs/omniglot_standard_fomaml.py``
 and ``omniglot_standard_anil.py`` are this config with another learner.
