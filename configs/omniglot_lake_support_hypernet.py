@@ -19,7 +19,7 @@ from each task's class prototypes, no inner gradient step, every meta-training d
 distorted (Koch et al. 2015's affine sizes), meta-trained on 40-way episodes across the
 background alphabets (two a meta-step, 80 classes a step), tested 20-way 1-shot. The
 budget is the subset config's 5,000 meta-steps (what 2 CPU cores give one seed in about
-20 minutes), an evaluation of the runs every 500; ``--config.num_steps=10000`` doubles it. Targets (issue 40): error <= 4.5% (people), stretch
+20 minutes), an evaluation of the runs every 500; ``--config.num_steps=10000`` doubles it. Targets: error <= 4.5% (people), stretch
 <= 3.3% (Bayesian program learning).
 
     python -m hypernet.train --config=configs/omniglot_lake_support_hypernet.py \
