@@ -94,3 +94,10 @@ def __getattr__(name: str):
 
 def __dir__():
   return sorted(set(globals()) | set(__all__))
+
+
+# Saved HyperModel / MetaModel files load after `import hypernet` alone: Keras' registry
+# gets deferred entries for them once Keras is imported (no TensorFlow import here).
+from hypernet.keras import serialization as _keras_serialization  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_keras_serialization.install()

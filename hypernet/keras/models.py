@@ -369,12 +369,37 @@ class MetaModel(keras.Model):
         list(self._learner_variables)
 
   @property
+  def weights(self):
+    """Keras' weights (the target's), then the learner's own variables (Meta-SGD's rates,
+    the support generator), which Keras does not track: ``get_weights`` /
+    ``set_weights``, ``EarlyStopping(restore_best_weights=True)`` and every other Keras
+    mechanism that reads ``weights`` restore them too."""
+    return self._with_learner_variables(super().weights)
+
+  @property
+  def variables(self):
+    """Keras' variables (weights and RNG seed states), then the learner's own."""
+    return self._with_learner_variables(super().variables)
+
+  def _with_learner_variables(self, keras_variables):
+    seen = {id(v) for v in keras_variables}
+    return keras_variables + [v for v in self._learner_variables if id(v) not in seen]
+
+  @property
   def non_trainable_weights(self):
     trained = {id(v) for v in self.trainable_weights}
     return [v for v in self.weights if id(v) not in trained]
 
   trainable_variables = trainable_weights
   non_trainable_variables = non_trainable_weights
+
+  def compile_from_config(self, config):
+    """Compiles a model that ``keras.models.load_model`` rebuilt, as ``compile()`` did
+    before saving (the optimiser with its slots, which the file then fills): a reloaded
+    ``MetaModel`` continues ``fit()`` where the saved one stopped."""
+    self.compile(**keras.saving.deserialize_keras_object(config))
+    if self.optimizer is not None and self.built:
+      self.optimizer.build(self.trainable_variables)
 
   @property
   def metrics(self):
