@@ -28,6 +28,10 @@ def wrong_outputs(input_shape, num_classes):
                            keras.layers.Dense(num_classes + 1, name="head")])
 
 
+def no_arguments():  # A factory written without hypernet's two arguments.
+  return make_mlp((8, 8, 1), 10)
+
+
 def _stripes(n, seed):
   """Three classes of 6x6 images: a bright row 0-1, 2-3 or 4-5, plus noise (uint8)."""
   rng = np.random.default_rng(seed)
@@ -52,6 +56,10 @@ def stripes_datasets():
 
 def three_things():
   return 1, 2, 3
+
+
+def needs_a_path(path):  # A data function that wants an argument.
+  return stripes_arrays()
 
 
 def flat_images():
@@ -154,3 +162,9 @@ class IncompleteSubclass(protocol.Task):
 
   def __init__(self, config):
     self.config = config
+
+
+class TakesNothing:  # A task class whose constructor does not take the config.
+
+  def __init__(self):
+    pass

@@ -50,6 +50,9 @@ def test_user_factory_model_trains_with_a_hypernetwork(tmp_path):
     (f"{M}:unbuilt", "returned an unbuilt model"),
     (f"{M}:wrong_outputs", r"expected one output \[B, 10\]"),
     (f"{M}:nope", f"module '{M}' has no attribute 'nope'"),
+    (f"{M}:make_mpl", f"has no attribute 'make_mpl'; did you mean 'make_mlp'"),
+    (f"{M}:no_arguments", r"no_arguments\(\) cannot be called as factory\(input_shape, "
+                          r"num_classes\) \(too many positional arguments\)"),
     ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
     ("keras.applications.NoSuchNet", "keras.applications has no model 'NoSuchNet'"),
 ])
@@ -110,6 +113,8 @@ def test_user_data_trains_under_mirrored_strategy(tmp_path):
     (f"{M}:three_things", "returned a tuple of 3; expected"),
     (f"{M}:flat_images", r"x_train has shape \(300, 36\); expected images"),
     (f"{M}:float_labels", "y_train has dtype float32; expected integer class ids"),
+    (f"{M}:needs_a_path", r"needs_a_path\(path\) cannot be called as load\(\) "
+                          r"\(missing a required argument: 'path'\)"),
 ])
 def test_data_plugin_errors_name_the_field_before_training(tmp_path, name, message):
   workdir = tmp_path / "run"
@@ -132,6 +137,13 @@ def test_tfds_data_set_offline_with_mock_data(tmp_path):
     assert result["step"] == 5 and 0.0 <= result["accuracy"] <= 1.0
   with pytest.raises(ValueError, match="config.data.name='tfds:no_such_set_xyz'"):
     data_lib.load_classification(_config(**{"data.name": "tfds:no_such_set_xyz"}).data)
+  # A typo is named as one (no advice to build a data set that does not exist).
+  with pytest.raises(plugins.PluginError) as info:
+    data_lib.load_classification(_config(**{"data.name": "tfds:mnsit"}).data)
+  assert str(info.value) == ("config.data.name='tfds:mnsit': TensorFlow Datasets has no "
+                             "data set 'mnsit'; did you mean 'mnist', ") + str(
+                                 info.value).split("did you mean 'mnist', ", 1)[1]
+  assert "tfds build" not in str(info.value) and ".." not in str(info.value)
 
 
 def test_user_task_runs_in_the_one_loop(tmp_path):
@@ -149,5 +161,9 @@ def test_user_task_errors(tmp_path):
     loop.train_and_evaluate(_config(**{"task": f"{M}:Incomplete"}), str(tmp_path / "a"))
   with pytest.raises(config_lib.ConfigError, match="or a plug-in 'package.module:attribute'"):
     config_lib.validate(_config(**{"task": "regression"}))
+  with pytest.raises(plugins.PluginError, match=r"config.task='plugin_user_module:"
+                     r"TakesNothing': TakesNothing\(\) cannot be called as Task\(config\)"):
+    loop.train_and_evaluate(_config(**{"task": f"{M}:TakesNothing"}), str(tmp_path / "b"))
+  assert not (tmp_path / "b").exists()
   with pytest.raises(plugins.PluginError, match="write a plug-in as 'package.module:attr"):
     plugins.load_object("justamodule:", "config.task")

@@ -7,7 +7,9 @@ installed package). What is wrong with it is one line naming the config field.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 
 
 class PluginError(ValueError):
@@ -49,10 +51,44 @@ def load_object(spec: str, field: str):
   value = module
   for part in attribute.split("."):
     if not hasattr(value, part):
+      near = difflib.get_close_matches(part, [n for n in dir(value) if not n.startswith("_")],
+                                       n=1)
       raise PluginError(f"{field}={spec!r}: module {module_name!r} has no attribute "
-                        f"{attribute!r}.")
+                        f"{attribute!r}" + (f"; did you mean {near[0]!r}?" if near else "."))
     value = getattr(value, part)
   if not callable(value):
     raise PluginError(f"{field}={spec!r}: {attribute!r} is a {type(value).__name__}, not a "
                       "function or class.")
   return value
+
+
+def call(obj, spec: str, field: str, expected: str, *args, **kwargs):
+  """Calls the plug-in ``obj`` (loaded from ``spec``) with ``args`` / ``kwargs``, first
+  checking that its signature accepts them.
+
+  Args:
+    obj: the loaded function or class.
+    spec: the config value, for messages.
+    field: the config field that holds it (``"config.model.name"``).
+    expected: how hypernet calls it, for messages (``"make(input_shape, num_classes)"``).
+    *args, **kwargs: the arguments.
+
+  Returns:
+    What ``obj`` returns.
+
+  Raises:
+    PluginError (a ValueError): a signature that cannot take the arguments: one line
+      naming ``field``, the plug-in's signature and the call hypernet makes. Errors raised
+      inside the plug-in itself propagate unchanged (they are the user's code's).
+  """
+  try:
+    signature = inspect.signature(obj)
+  except (TypeError, ValueError):  # A builtin without a signature: just call it.
+    return obj(*args, **kwargs)
+  try:
+    signature.bind(*args, **kwargs)
+  except TypeError as e:
+    name = getattr(obj, "__qualname__", type(obj).__name__)
+    raise PluginError(f"{field}={spec!r}: {name}{signature} cannot be called as {expected} "
+                      f"({e}).") from e
+  return obj(*args, **kwargs)

@@ -21,6 +21,8 @@ by 1/255, float images are used as they are.
 """
 from __future__ import annotations
 
+import difflib
+
 from typing import Optional
 
 import numpy as np
@@ -113,7 +115,7 @@ def load_function(config) -> ImageClassificationData:
   """
   field = f"config.data.name={config.name!r}"
   fn = plugins.load_object(config.name, "config.data.name")
-  value = fn()
+  value = plugins.call(fn, config.name, "config.data.name", "load()")
   num_classes = None
   if isinstance(value, dict):
     missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in value]
@@ -163,11 +165,19 @@ def load_tfds(config) -> ImageClassificationData:
     (train, test), info = tfds.load(name, split=list(splits), data_dir=data_dir,
                                     as_supervised=True, with_info=True)
   except Exception as e:  # pylint: disable=broad-except
+    builder = name.split("/")[0].split(":")[0]
+    known = list(tfds.list_builders())
+    if builder not in known:  # A typo: nothing to prepare.
+      near = difflib.get_close_matches(builder, known, n=3)
+      raise plugins.PluginError(
+          f"{field}: TensorFlow Datasets has no data set {builder!r}"
+          + (f"; did you mean {', '.join(repr(n) for n in near)}?" if near else
+             " (tfds.list_builders() lists them).")) from e
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise plugins.PluginError(
         f"{field} (splits {splits}, config.data.data_dir={config.data_dir!r}) could not be "
-        f"loaded: {first}. Prepare it once with network access: tfds build {name} "
-        f"--data_dir=<dir>.") from e
+        f"loaded: {first.rstrip('.')}. Prepare it once with network access: tfds build "
+        f"{name} --data_dir=<dir>.") from e
   label = info.features["label"] if "label" in info.features else None
   num_classes = getattr(label, "num_classes", None)
   x_train, y_train = _as_arrays(train, field, "train")

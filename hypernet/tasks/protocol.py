@@ -225,7 +225,10 @@ def build_plugin_task(config) -> Task:
   from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
   cls = plugins.load_object(config.task, "config.task")
   subclass = isinstance(cls, type) and issubclass(cls, Task)
-  task = None if subclass else cls(config)
+  def make():
+    return plugins.call(cls, config.task, "config.task", "Task(config)", config)
+
+  task = None if subclass else make()
   missing = missing_members(cls if subclass else task)
   if missing:
     raise plugins.PluginError(
@@ -233,7 +236,7 @@ def build_plugin_task(config) -> Task:
         f"lacks {missing} of the task interface (hypernet/tasks/protocol.py; docs/keras.md, "
         "'Plug-ins').")
   if subclass:
-    task = cls(config)
+    task = make()
   return as_task(task)
 
 

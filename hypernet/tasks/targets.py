@@ -187,7 +187,9 @@ def make_factory_model(name: str, input_shape: Tuple[int, int, int],
   """
   from hypernet.core import plugins  # pylint: disable=g-import-not-at-top
   factory = plugins.load_object(name, "config.model.name")
-  model = factory(tuple(int(d) for d in input_shape), int(num_classes))
+  model = plugins.call(factory, name, "config.model.name",
+                       "factory(input_shape, num_classes)",
+                       tuple(int(d) for d in input_shape), int(num_classes))
   field = f"config.model.name={name!r}"
   if not isinstance(model, keras.Model):
     raise plugins.PluginError(f"{field} returned a {type(model).__name__}; the factory must "
