@@ -128,6 +128,9 @@ def check_weight_values(model: keras.Model, weights, fn: str, arg: str = "weight
     _check_single(path, value, fn, arg, None if v is None else v.shape)
 
 
+_HALF_FLOATS = (tf.float16, tf.bfloat16)
+
+
 def _check_value(path: str, variable, value, batched: bool = False, arg: str = "weights") -> tf.Tensor:
   _check_single(path, value, "functional_call", arg, variable.shape)
   try:
@@ -136,7 +139,12 @@ def _check_value(path: str, variable, value, batched: bool = False, arg: str = "
     raise TypeError(
         f"functional_call: {arg}[{path!r}] cannot be converted to a tensor "
         f"({type(value).__name__}): {e}") from e
-  if value.dtype != tf.as_dtype(variable.dtype):
+  dtype = tf.as_dtype(variable.dtype)
+  if value.dtype == tf.float32 and dtype in _HALF_FLOATS:
+    # Mixed precision: inside the layers' autocast scope a float32 variable reads as its
+    # layer's compute dtype; Keras casts the variable's value on read, and so do we.
+    value = tf.cast(value, dtype)
+  if value.dtype != dtype:
     raise TypeError(
         f"functional_call: {arg}[{path!r}]: expected dtype {tf.as_dtype(variable.dtype).name}, given "
         f"{value.dtype.name}. Cast it (tf.cast) or build the model with that dtype.")

@@ -11,6 +11,16 @@ from typing import Callable, Union
 import tensorflow as tf
 
 
+def _at_least_float32(outputs) -> tf.Tensor:
+  """``outputs`` as a tensor, half-precision floats cast to float32: under a mixed
+  precision policy the loss (and its gradient's start) is computed in float32, as Keras'
+  own losses do (Micikevicius et al. 2018, section 3.3)."""
+  outputs = tf.convert_to_tensor(outputs)
+  if outputs.dtype in (tf.float16, tf.bfloat16):
+    outputs = tf.cast(outputs, tf.float32)
+  return outputs
+
+
 def sparse_softmax_cross_entropy(labels, logits) -> tf.Tensor:
   """Mean softmax cross-entropy in nats (N-way classification).
 
@@ -19,9 +29,10 @@ def sparse_softmax_cross_entropy(labels, logits) -> tf.Tensor:
     logits: ``[B, N]`` float unnormalised log-probabilities.
 
   Returns:
-    A scalar in the logits' dtype.
+    A scalar in the logits' dtype (float32 for float16 / bfloat16 logits, as Keras'
+    losses compute under mixed precision).
   """
-  logits = tf.convert_to_tensor(logits)
+  logits = _at_least_float32(logits)
   labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
   return tf.reduce_mean(
       tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
@@ -35,7 +46,7 @@ def mean_squared_error(targets, outputs) -> tf.Tensor:
   Raises:
     ValueError: the shapes cannot be matched.
   """
-  outputs = tf.convert_to_tensor(outputs)
+  outputs = _at_least_float32(outputs)
   targets = tf.cast(targets, outputs.dtype)
   if targets.shape.rank == outputs.shape.rank - 1 and outputs.shape[-1] == 1:
     targets = targets[..., None]
