@@ -1,18 +1,21 @@
-"""The main job (``configs/digits_hyper.py``) across seeds: test accuracy per seed.
+"""The main job (``configs/digits_hyper.py``), or another classification config, across
+seeds: test accuracy per seed.
 
-Runs ``python -m hypernet.train --config=configs/digits_hyper.py --workdir=OUT/seed<N>
+Runs ``python -m hypernet.train --config=configs/<config>.py --workdir=OUT/seed<N>
 --config.seed=<N>`` for each seed, one after another (a finished run, whose
 ``final_metrics.json`` records the config's last step, is read instead of rerun), then
-prints a markdown table (seed, test accuracy on the 359 held-out images, errors, wall
+prints a markdown table (seed, test accuracy and error, errors of the test set, wall
 time) with the minimum, mean and maximum, and writes it to ``OUT/seeds.md``.
 
     python -m experiments.digits_seeds --out=/tmp/hypernet/digits_seeds            # seeds 0-9
     python -m experiments.digits_seeds --out=/tmp/hypernet/digits_seeds --seeds=3  # one seed
+    python -m experiments.digits_seeds --config=mnist_ha_static --test_size=10000 \
+        --data_dir=../shared/data/mnist --out=/tmp/hypernet/mnist_ha_static --seeds=0,1,2
 """
 from __future__ import annotations
 
 import os
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -21,28 +24,36 @@ from experiments import seed_runs
 
 CONFIG_NAME = "digits_hyper"
 
+_CONFIG = flags.DEFINE_string("config", CONFIG_NAME, "configs/<config>.py to run.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "--config.data.data_dir of every run "
+                                "(default: the config's).")
+_TEST_SIZE = flags.DEFINE_integer("test_size", 359, "Images in the config's test set "
+                                  "(digits 359, MNIST 10,000).")
 _OUT = flags.DEFINE_string("out", None, "Folder of the runs' workdirs and seeds.md.",
                            required=True)
 _SEEDS = flags.DEFINE_list("seeds", [str(s) for s in range(10)], "Seeds to run.")
 
 
-def run_seed(out: str, seed: int) -> Dict:
+def run_seed(out: str, seed: int, config: str = CONFIG_NAME,
+             data_dir: Optional[str] = None) -> Dict:
   """Trains (or reads) one seed in ``OUT/seed<N>``; returns its ``final_metrics.json``."""
-  return seed_runs.train_or_read(CONFIG_NAME, os.path.join(out, f"seed{seed}"), seed)
+  return seed_runs.train_or_read(config, os.path.join(out, f"seed{seed}"), seed, data_dir)
 
 
 def table(results: Dict[int, Dict], test_size: int = 359) -> str:
-  """Markdown table of the seeds with min / mean / max accuracy."""
-  lines = ["| seed | test accuracy (%) | errors (of 359) | wall time (s) |",
-           "|---:|---:|---:|---:|"]
+  """Markdown table of the seeds with min / mean / max accuracy and error."""
+  lines = [f"| seed | test accuracy (%) | test error (%) | errors (of {test_size:,}) | "
+           "wall time (s) |", "|---:|---:|---:|---:|---:|"]
   accs = []
   for seed, r in sorted(results.items()):
     acc = 100 * r["accuracy"]
     accs.append(acc)
-    lines.append(f"| {seed} | {acc:.2f} | {round(test_size * (1 - r['accuracy']))} | "
+    lines.append(f"| {seed} | {acc:.2f} | {100 - acc:.2f} | "
+                 f"{round(test_size * (1 - r['accuracy']))} | "
                  f"{r.get('wall_time_sec', float('nan')):.0f} |")
-  lines.append(f"| min / mean / max | {min(accs):.2f} / {sum(accs) / len(accs):.2f} / "
-               f"{max(accs):.2f} | | |")
+  mean = sum(accs) / len(accs)
+  lines.append(f"| min / mean / max | {min(accs):.2f} / {mean:.2f} / {max(accs):.2f} | "
+               f"{100 - max(accs):.2f} / {100 - mean:.2f} / {100 - min(accs):.2f} | | |")
   return "\n".join(lines) + "\n"
 
 
@@ -52,9 +63,9 @@ def main(argv: Sequence[str]) -> None:
   os.makedirs(_OUT.value, exist_ok=True)
   results = {}
   for seed in (int(s) for s in _SEEDS.value):
-    results[seed] = run_seed(_OUT.value, seed)
+    results[seed] = run_seed(_OUT.value, seed, _CONFIG.value, _DATA_DIR.value)
     print(f"seed {seed}: test accuracy {100 * results[seed]['accuracy']:.2f}%", flush=True)
-  text = table(results)
+  text = table(results, _TEST_SIZE.value)
   with open(os.path.join(_OUT.value, "seeds.md"), "w") as f:
     f.write(text)
   print(text)

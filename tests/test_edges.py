@@ -634,5 +634,7 @@ def test_digits_seeds_table_and_command(tmp_path):
       f"--workdir={tmp_path / 'seed3'}", "--config.seed=3"]
   text = digits_seeds.table({0: {"accuracy": 354 / 359, "wall_time_sec": 30.0},
                              3: {"accuracy": 347 / 359, "wall_time_sec": 70.0}})
-  assert "| 0 | 98.61 | 5 | 30 |" in text and "| 3 | 96.66 | 12 | 70 |" in text
-  assert "| min / mean / max | 96.66 / 97.63 / 98.61 | | |" in text
+  assert "| 0 | 98.61 | 1.39 | 5 | 30 |" in text and "| 3 | 96.66 | 3.34 | 12 | 70 |" in text
+  assert "| min / mean / max | 96.66 / 97.63 / 98.61 | 1.39 / 2.37 / 3.34 | | |" in text
+  mnist = digits_seeds.table({1: {"accuracy": 0.9928, "wall_time_sec": 400.0}}, 10000)
+  assert "| 1 | 99.28 | 0.72 | 72 | 400 |" in mnist and "errors (of 10,000)" in mnist
