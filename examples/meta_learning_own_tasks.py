@@ -70,8 +70,8 @@ def main(steps: int = 300, learner: str = "maml", seed: int = 0) -> dict:
     meta_step(sample_tasks(x[train], y[train], 8, rng))
   evaluate = tf.function(lambda batch: hn.meta.meta_batch_loss(meta_learner, batch).metrics)
   metrics = evaluate(sample_tasks(x[test], y[test], 200, np.random.default_rng(seed + 1)))
-  before = float(metrics["query_accuracy_before"])
-  after = float(metrics["query_accuracy_after"])
+  before = float(metrics["accuracy_before"])
+  after = float(metrics["accuracy"])
   print(f"{learner}: 200 new 5-way 1-shot tasks, query accuracy {before:.3f} before "
         f"adaptation, {after:.3f} after")
   return {"accuracy_before": before, "accuracy_after": after}

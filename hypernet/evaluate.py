@@ -256,7 +256,7 @@ def report(result: Dict[str, Any], output: Optional[str] = None) -> str:
       loss       0.08103
       metrics:   /tmp/wd/eval_step3000.json
     Exported the target network to /tmp/digits_target.keras
-      input:     float32 [batch, 8, 8, 1]: raw pixel values 0..16 as the data set ...
+      input:     float32 [batch, 8, 8, 1]: values 0..16 as the data set stores them ...
       output:    logits [batch, 10] (apply a softmax for probabilities, or ...)
       load:      keras.models.load_model(path): Keras alone, no hypernet import
   """

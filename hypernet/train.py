@@ -36,8 +36,11 @@ def main(argv):
     # What needs no TensorFlow first (the config's values, the workdir, data files): a
     # user error is reported in a second, not after the TensorFlow import.
     cli.check_train_args(config, workdir)
-    logging.info("Training %s for %d steps in %s (loading TensorFlow) ...",
-                 config_flags.get_config_filename(flags.FLAGS["config"]), config.num_steps, workdir)
+    logging.info("Training %s%s for %d steps in %s (loading TensorFlow) ...",
+                 config_flags.get_config_filename(flags.FLAGS["config"]),
+                 cli.plugins_in(config), config.num_steps, workdir)
+    for notice in cli.plugin_notices(config):
+      logging.warning(notice)
     start = time.time()
     cli.quiet_startup(sys.argv)
     from hypernet.training import export, loop  # pylint: disable=g-import-not-at-top

@@ -48,6 +48,13 @@ def stripes_arrays():
   return x, y, xt, yt
 
 
+def standardised_stripes():
+  """The stripes as float images standardised to mean 0, std 1 (values about -1..3)."""
+  x, y, xt, yt = stripes_arrays()
+  mean, std = x.mean(), x.std()
+  return ((x - mean) / std).astype(np.float32), y, ((xt - mean) / std).astype(np.float32), yt
+
+
 def stripes_datasets():
   x, y, xt, yt = stripes_arrays()
   return (tf.data.Dataset.from_tensor_slices((x, y)),

@@ -86,7 +86,7 @@ def test_evaluate_command_and_exported_keras_model_agree_on_the_test_set(run, tm
       f"  loss       {printed['loss']:.4g}",
       f"  metrics:   {workdir}/eval_step150.json",
       f"Exported the target network to {model_path}",
-      "  input:     float32 [batch, 8, 8, 1]: raw pixel values 0..16 as the data set stores "
+      "  input:     float32 [batch, 8, 8, 1]: values 0..16 as the data set stores "
       "them (the model scales them by 1/16 itself)",
       "  output:    logits [batch, 10] (apply a softmax for probabilities, or export with "
       "--export_softmax)",

@@ -33,6 +33,14 @@ def test_hypernetwork_own_model_learns_digits():
   assert result["accuracy"] > 0.85, result  # chance: 0.10
 
 
+def test_hypernetwork_head_only_trains_the_rest_beside_it():
+  result = _load("hypernetwork_head_only").main(steps=250)
+  assert result["generated"] == 24 * 32 + 32 + 32 * 10 + 10  # fc and logits only
+  assert result["rest"] == 4  # c1 and c2 kernels and biases, trained directly
+  assert result["last_loss"] < 0.3 * result["first_loss"], result
+  assert result["accuracy"] > 0.8, result  # chance: 0.10
+
+
 @pytest.mark.parametrize("learner,threshold", [("maml", 0.4), ("anil", 0.5)])
 def test_meta_learning_own_tasks_adapts(learner, threshold):
   result = _load("meta_learning_own_tasks").main(steps=60, learner=learner)

@@ -275,3 +275,18 @@ def test_saved_models_load_in_a_new_process_after_import_hypernet_alone(digits, 
     for i, want in enumerate(continued):
       np.testing.assert_allclose(reloaded[f"arr_{i}"], want, rtol=1e-6, atol=1e-7,
                                  err_msg=f"variable {i} after fit() continued")
+
+
+def test_hypermodel_summary_reports_what_is_generated_from_what():
+  model = _hyper_model()
+  counts = model.parameter_counts()
+  target = sum(int(np.prod(v.shape)) for v in model.target.trainable_weights)
+  hyper = sum(int(np.prod(v.shape)) for v in model.hypernetwork.trainable_weights)
+  assert counts["target"] == target == counts["generated"]  # targets="*": every weight.
+  assert counts["hypernetwork"] == hyper and counts["trainable"] == hyper  # none left.
+  assert counts["compression_ratio"] == pytest.approx(target / hyper)
+  lines = []
+  model.summary(print_fn=lines.append)
+  assert lines[-1] == (f"Generated: {target:,} of the target's {target:,} trainable weights, "
+                       f"from {hyper:,} hypernetwork parameters (compression ratio "
+                       f"{target / hyper:.2f}); trained here: {hyper:,}.")

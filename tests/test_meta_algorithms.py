@@ -241,7 +241,7 @@ def test_multi_step_loss_is_weighted_sum_of_per_step_meta_gradients(recompute):
   np.testing.assert_allclose(result.loss.numpy(),
                              0.3 * (0.2 - 3) ** 2 + 0.7 * (0.36 - 3) ** 2, rtol=1e-13)
   # The reported query loss is the last step's.
-  np.testing.assert_allclose(result.metrics["query_loss_after"].numpy(), (0.36 - 3) ** 2,
+  np.testing.assert_allclose(result.metrics["loss"].numpy(), (0.36 - 3) ** 2,
                              rtol=1e-13)
   acc = tf.function(lambda: meta_batch.meta_batch_gradients(
       learner, _toy_batch(), variables, parallel_iterations=2, staggered=True,
@@ -451,7 +451,7 @@ def test_bn_mode_at_meta_test(bn_mode):
       layer.moving_mean.assign(np.full(layer.moving_mean.shape, 0.3, np.float32))
       layer.moving_variance.assign(np.full(layer.moving_variance.shape, 2.0, np.float32))
   batch = next(iter(task.eval_dataset(c.eval_batch_size)))
-  got = task._adapted_meta_batch(batch, 1).per_task["query_loss_before"].numpy()
+  got = task._adapted_meta_batch(batch, 1).per_task["loss_before"].numpy()
   training = bn_mode == "transductive"
   expected = [float(task.learner.loss_fn(qy, task.target(qx, training=training)))
               for qx, qy in zip(batch["query_x"], batch["query_y"])]

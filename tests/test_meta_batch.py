@@ -40,18 +40,18 @@ def test_toy_meta_batch_exact(parallel, first_order):
   assert step.experimental_get_tracing_count() == 1
   after = (0.2 * a - b) ** 2
   np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
-  np.testing.assert_allclose(result.per_task["query_loss_after"].numpy(), after, rtol=1e-6)
-  assert sorted(result.metrics) == ["query_loss_after", "query_loss_before"]  # regression
-  np.testing.assert_allclose(result.metrics["query_loss_after"].numpy(), after.mean(),
+  np.testing.assert_allclose(result.per_task["loss"].numpy(), after, rtol=1e-6)
+  assert sorted(result.metrics) == ["loss", "loss_before"]  # regression
+  np.testing.assert_allclose(result.metrics["loss"].numpy(), after.mean(),
                              rtol=1e-6)
-  np.testing.assert_allclose(result.metrics["query_loss_before"].numpy(), (b ** 2).mean(),
+  np.testing.assert_allclose(result.metrics["loss_before"].numpy(), (b ** 2).mean(),
                              rtol=1e-6)
   factor = 1.0 if first_order else 0.8
   np.testing.assert_allclose(grad.numpy().item(), (2 * (0.2 * a - b) * factor).mean(),
                              rtol=1e-5)
   result = meta_batch.meta_batch_loss(learner, batch, parallel=parallel,
                                       before_metrics=False)
-  assert sorted(result.metrics) == ["query_loss_after"]
+  assert sorted(result.metrics) == ["loss"]
   np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
 
 
@@ -76,14 +76,14 @@ def test_toy_accumulated_meta_gradients_exact(first_order):
                              staggered=st))(batch)
     np.testing.assert_allclose(result.variable_grads[0].numpy().item(), expected, rtol=1e-5)
     np.testing.assert_allclose(result.loss.numpy(), after.mean(), rtol=1e-6)
-    np.testing.assert_allclose(result.per_task["query_loss_after"].numpy(), after, rtol=1e-6)
-    np.testing.assert_allclose(result.per_task["query_loss_before"].numpy(), b ** 2,
+    np.testing.assert_allclose(result.per_task["loss"].numpy(), after, rtol=1e-6)
+    np.testing.assert_allclose(result.per_task["loss_before"].numpy(), b ** 2,
                                rtol=1e-6)
   # Eagerly the loop runs in Python: same numbers.
   eager = meta_batch.meta_batch_gradients(learner, batch, model.trainable_variables)
   np.testing.assert_allclose(eager.variable_grads[0].numpy().item(),
                              (2 * (0.2 * a - b) * factor).mean(), rtol=1e-5)
-  assert sorted(eager.metrics) == ["query_loss_after"]  # no query pass before adaptation
+  assert sorted(eager.metrics) == ["loss"]  # no query pass before adaptation
   with pytest.raises(ValueError, match="variables must be tf.Variables"):
     meta_batch.meta_batch_gradients(learner, batch, [tf.constant(1.0)])
 
@@ -115,12 +115,12 @@ def reference(learner, batch, variables, weights_fn=None):
       after, st = functional.functional_call(model, fast, batch["query_x"][t],
                                              training=True, return_state=True, state=st)
       qy = batch["query_y"][t]
-      per_task.append({"query_loss_after": learner.loss_fn(qy, after),
-                       "query_loss_before": learner.loss_fn(qy, before),
-                       "query_accuracy_after": losses.sparse_accuracy(qy, after),
-                       "query_accuracy_before": losses.sparse_accuracy(qy, before)})
+      per_task.append({"loss": learner.loss_fn(qy, after),
+                       "loss_before": learner.loss_fn(qy, before),
+                       "accuracy": losses.sparse_accuracy(qy, after),
+                       "accuracy_before": losses.sparse_accuracy(qy, before)})
       states.append(st)
-    loss = tf.reduce_mean([r["query_loss_after"] for r in per_task])
+    loss = tf.reduce_mean([r["loss"] for r in per_task])
   metrics = {k: np.mean([r[k].numpy() for r in per_task]) for k in per_task[0]}
   state = {p: np.mean([s[p].numpy() for s in states], axis=0) for p in state0}
   return loss, metrics, state, tape.gradient(loss, variables)
@@ -280,8 +280,8 @@ def test_maml_learns_sinusoid_regression():
   held_out = next(iter(sinusoid.sinusoid_dataset(meta_batch_size=100, num_support=10,
                                                  num_query=10, seed=123, num_steps=1)))
   metrics = meta_batch.meta_batch_loss(learner, held_out).metrics
-  before = float(metrics["query_loss_before"])
-  after = float(metrics["query_loss_after"])
+  before = float(metrics["loss_before"])
+  after = float(metrics["loss"])
   assert after < 0.5 * before, (before, after)
 
 

@@ -57,11 +57,11 @@ class LearnerTask:
   def train_loss(self, batch, global_batch_size):
     result = meta_batch.meta_batch_loss(self.learner, batch)
     per_task = result.per_task
-    count = tf.cast(tf.size(per_task["query_loss_after"]), tf.float32)
-    loss = tf.nn.compute_average_loss(per_task["query_loss_after"],
+    count = tf.cast(tf.size(per_task["loss"]), tf.float32)
+    loss = tf.nn.compute_average_loss(per_task["loss"],
                                       global_batch_size=global_batch_size)
-    sums = {"loss": (tf.reduce_sum(per_task["query_loss_after"]), count),
-            "loss_before": (tf.reduce_sum(per_task["query_loss_before"]), count)}
+    sums = {"loss": (tf.reduce_sum(per_task["loss"]), count),
+            "loss_before": (tf.reduce_sum(per_task["loss_before"]), count)}
     return loss, sums, result.state
 
   def apply_state(self, state):

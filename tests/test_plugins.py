@@ -124,6 +124,49 @@ def test_data_plugin_errors_name_the_field_before_training(tmp_path, name, messa
   assert not workdir.exists()
 
 
+def test_plugin_base_config_carries_nothing_of_the_digits_job(tmp_path):
+  """configs/plugin.py: a plug-in run with no augmentation and every weight generated;
+  the digits job as a base says what it carries over (augment_shift) in one line, and the
+  first console line names the plug-ins."""
+  from hypernet.training import cli  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  flags = {"model.name": f"{M}:make_mlp", "data.name": f"{M}:stripes_arrays"}
+  config = config_lib.load_config_file(os.path.join(repo, "configs", "plugin.py"))
+  config.update_from_flattened_dict(dict(flags, num_steps=60, eval_every=0))
+  config_lib.validate(config)
+  assert cli.plugin_notices(config) == []
+  assert cli.plugins_in(config) == (f" (data.name={M}:stripes_arrays, "
+                                    f"model.name={M}:make_mlp)")
+  result = loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert result["accuracy"] > 0.9, result  # Three classes of stripes.
+  assert result["params/generated"] == result["params/target"]  # targets="*"
+  digits = config_lib.load_config_file(os.path.join(repo, "configs", "digits_hyper.py"))
+  digits.update_from_flattened_dict(flags)
+  (notice,) = cli.plugin_notices(digits)
+  assert notice.startswith(f"config.data.augment_shift=1 shifts each training image of "
+                           f"config.data.name='{M}:stripes_arrays'")
+
+
+def test_export_contract_states_the_range_the_data_has(tmp_path):
+  """The export's input line reads the stored range from the data: uint8 stripes are
+  0..255 scaled by 1/255 in the model; standardised float stripes are taken as they are,
+  with their own range (not '0..1')."""
+  from hypernet.tasks import protocol  # pylint: disable=g-import-not-at-top
+  from hypernet.training import export  # pylint: disable=g-import-not-at-top
+  for name, want in (("stripes_arrays", "values 0..255 as the data set stores them (the "
+                      "model scales them by 1/255 itself)"),
+                     ("standardised_stripes", "values {lo:.3g}..{hi:.3g} as the data set "
+                      "stores them (the model applies no scaling)")):
+    config = _config(steps=2, **{"data.name": f"{M}:{name}", "model.conv_widths": (4,),
+                                 "model.dense_widths": (8,)})
+    task = protocol.build_task(config)
+    x = np.asarray(task.data.x_train)
+    model = export.exported_model(task)
+    contract = export.input_contract(task, model)
+    want = want.format(lo=float(x.min()), hi=float(x.max()))  # About -0.975..1.4.
+    assert contract["input"] == f"float32 [batch, 6, 6, 1]: {want}"
+
+
 def test_tfds_data_set_offline_with_mock_data(tmp_path):
   tfds = pytest.importorskip("tensorflow_datasets")
   with tfds.testing.mock_data(num_examples=70, data_dir=str(tmp_path / "none")):

@@ -10,6 +10,10 @@ process after ``import hypernet`` alone (:mod:`hypernet.keras.serialization`). G
 The names load on first use, so importing this package imports no TensorFlow.
 """
 import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # For type checkers and the API reference; loaded lazily below.
+  from hypernet.keras.models import HyperModel, MetaModel, make_learner  # pylint: disable=g-import-not-at-top
 
 __all__ = ["HyperModel", "MetaModel", "make_learner"]
 

@@ -183,6 +183,34 @@ class HyperModel(keras.Model):
   trainable_variables = trainable_weights
   non_trainable_variables = non_trainable_weights
 
+  def parameter_counts(self) -> Dict[str, float]:
+    """What the hypernetwork generates and what is trained, in scalars.
+
+    Returns:
+      ``{"trainable": ..., "hypernetwork": ..., "generated": ..., "target": ...,
+      "compression_ratio": ...}``: this model's trainable weights (the hypernetwork's,
+      plus the target weights it does not generate with ``train_rest``), the
+      hypernetwork's own trainable weights, the target weights it generates, all of the
+      target's trainable weights, and ``generated / hypernetwork`` (above 1: fewer
+      parameters than the weights they generate; the command line prints the same).
+    """
+    size = lambda vs: int(sum(np.prod(tuple(v.shape)) for v in vs))
+    hypernetwork = size(self.hypernetwork.trainable_weights)
+    generated = size(self.hypernetwork.target_spec.values())
+    return {"trainable": size(self.trainable_weights), "hypernetwork": hypernetwork,
+            "generated": generated, "target": size(self.target.trainable_weights),
+            "compression_ratio": generated / max(hypernetwork, 1)}
+
+  def summary(self, *args, **kwargs):
+    """Keras' summary, then one line: how many target weights the hypernetwork generates
+    from how many parameters (:meth:`parameter_counts`)."""
+    super().summary(*args, **kwargs)
+    c = self.parameter_counts()
+    line = (f"Generated: {c['generated']:,} of the target's {c['target']:,} trainable "
+            f"weights, from {c['hypernetwork']:,} hypernetwork parameters (compression "
+            f"ratio {c['compression_ratio']:.2f}); trained here: {c['trainable']:,}.")
+    (kwargs.get("print_fn") or print)(line)
+
   # -- forward --------------------------------------------------------------------------
   def generate(self, condition=None) -> Dict[str, tf.Tensor]:
     """The generated target weights ``{path: tensor}`` (``[S, ...]`` for ``S``
@@ -440,9 +468,9 @@ class MetaModel(keras.Model):
     if result.state:
       functional.assign_state(self.target, functional.all_reduce_state(result.state))
     per_task = result.per_task
-    self._trackers["loss"].update_state(per_task["query_loss_after"])
+    self._trackers["loss"].update_state(per_task["loss"])
     if self.classification:
-      self._trackers["accuracy"].update_state(per_task["query_accuracy_after"])
+      self._trackers["accuracy"].update_state(per_task["accuracy"])
     return {n: t.result() for n, t in self._trackers.items()}
 
   def _eval_options(self):
@@ -459,10 +487,10 @@ class MetaModel(keras.Model):
                                         adapt_options=self._eval_options())
     for when in self._whens:
       suffix = "" if when == "after" else "_before"
-      self._eval_trackers["loss" + suffix].update_state(result.per_task[f"query_loss_{when}"])
+      self._eval_trackers["loss" + suffix].update_state(result.per_task["loss" + suffix])
       if self.classification:
         self._eval_trackers["accuracy" + suffix].update_state(
-            result.per_task[f"query_accuracy_{when}"])
+            result.per_task["accuracy" + suffix])
     return {n: t.result() for n, t in self._eval_trackers.items()}
 
   @tf.autograph.experimental.do_not_convert

@@ -75,15 +75,15 @@ class MetaBatchResult(NamedTuple):
     loss: scalar, mean over tasks of the query loss after adaptation: what the outer
       optimiser minimises (differentiable, second order if the learner is).
     metrics: ``{name: scalar}`` means over tasks, not differentiated:
-      ``query_loss_after`` / ``query_loss_before`` (the query loss at the fast / initial
-      weights) and, for classification, ``query_accuracy_after`` /
-      ``query_accuracy_before`` in [0, 1]; the ``_before`` ones only with
+      ``loss`` / ``loss_before`` (the query loss at the fast / initial
+      weights) and, for classification, ``accuracy`` /
+      ``accuracy_before`` in [0, 1]; the ``_before`` ones only with
       ``before_metrics``.
     state: ``{path: tensor}`` non-trainable state after the query pass, averaged over
       tasks for float state (BatchNorm moving statistics), task 0's for other dtypes.
       Apply it with :func:`hypernet.core.functional.assign_state` if wanted.
     per_task: ``{name: [T] tensor}``, the metrics per task before averaging;
-      ``per_task["query_loss_after"]`` is differentiable (e.g. for
+      ``per_task["loss"]`` is differentiable (e.g. for
       ``tf.nn.compute_average_loss`` over a global meta-batch split across replicas).
   """
   loss: tf.Tensor
@@ -111,18 +111,18 @@ def _check_batch(batch: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
 
 def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, query_training,
                    before_metrics: bool, accuracy: bool, dtype) -> Dict[str, tf.Tensor]:
-  """One task's query metrics in ``dtype``: ``query_loss_after`` (the loss already
-  computed, not again), ``query_accuracy_after`` for classification, and with
+  """One task's query metrics in ``dtype``: ``loss`` (the loss already
+  computed, not again), ``accuracy`` for classification, and with
   ``before_metrics`` the same at the initial weights (one more forward pass, no gradient)."""
-  result = {"query_loss_after": loss_after}
+  result = {"loss": loss_after}
   if accuracy:
-    result["query_accuracy_after"] = losses.sparse_accuracy(qy, out_after)
+    result["accuracy"] = losses.sparse_accuracy(qy, out_after)
   if before_metrics:
     out = tf.stop_gradient(functional.functional_call(model, init, qx, training=query_training,
                                                    state=state, accelerate="meta"))
-    result["query_loss_before"] = loss_fn(qy, out)
+    result["loss_before"] = loss_fn(qy, out)
     if accuracy:
-      result["query_accuracy_before"] = losses.sparse_accuracy(qy, out)
+      result["accuracy_before"] = losses.sparse_accuracy(qy, out)
   return {k: tf.cast(v, dtype) for k, v in result.items()}
 
 
@@ -165,9 +165,9 @@ def _target_state(model, state) -> Dict[str, tf.Tensor]:
 
 
 def _metric_names(accuracy: bool, before_metrics: bool) -> List[str]:
-  names = ["query_loss_after"] + (["query_accuracy_after"] if accuracy else [])
+  names = ["loss"] + (["accuracy"] if accuracy else [])
   if before_metrics:
-    names += [n.replace("_after", "_before") for n in names]
+    names += [f"{n}_before" for n in names]
   return names
 
 
@@ -271,7 +271,7 @@ def meta_batch_loss(learner, batch: Mapping[str, tf.Tensor], *,
   per_task, states = _map_tasks(task, tuple(batch[k] for k in BATCH_KEYS), parallel,
                                 signature, parallel_iterations)
   return MetaBatchResult(
-      tf.reduce_mean(per_task["msl_objective" if msl else "query_loss_after"]),
+      tf.reduce_mean(per_task["msl_objective" if msl else "loss"]),
       {k: tf.stop_gradient(tf.reduce_mean(v)) for k, v in per_task.items()},
       {p: (tf.reduce_mean(s, axis=0) if s.dtype.is_floating else s[0])
        for p, s in states.items()}, per_task)
@@ -375,7 +375,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
   connected = one_task.connected or [True] * len(acc)
   grads = [g if c else None for g, c in zip(acc, connected)]
   return MetaBatchGradients(
-      loss=metrics["query_loss_after"],
+      loss=metrics["loss"],
       weight_grads={p: g if g is not None else tf.zeros_like(weights[p])
                     for p, g in zip(weights, grads[:len(weights)])},
       variable_grads=grads[len(weights):], metrics=metrics,

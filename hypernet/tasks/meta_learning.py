@@ -627,13 +627,13 @@ class MetaLearningTask(protocol.Task):
   def _train_sums(self, per_task):
     """``{name: (sum, count)}`` of the training metrics from ``[t]`` per-task values."""
     per_task = {k: tf.cast(tf.stop_gradient(v), tf.float32) for k, v in per_task.items()}
-    count = tf.cast(tf.size(per_task["query_loss_after"]), tf.float32)
+    count = tf.cast(tf.size(per_task["loss"]), tf.float32)
     sums = {}
     for when in ("after", "before") if self.train_before_metrics else ("after",):
       suffix = "" if when == "after" else "_before"
-      sums["loss" + suffix] = (tf.reduce_sum(per_task[f"query_loss_{when}"]), count)
+      sums["loss" + suffix] = (tf.reduce_sum(per_task["loss" + suffix]), count)
       if self.classification:
-        sums["accuracy" + suffix] = (tf.reduce_sum(per_task[f"query_accuracy_{when}"]), count)
+        sums["accuracy" + suffix] = (tf.reduce_sum(per_task["accuracy" + suffix]), count)
     if self.inner_lr_names:  # Meta-SGD: one value per step, shared over replicas.
       share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
       for name, rate in zip(self.inner_lr_names, self.learner.inner_lrs.values()):
@@ -646,7 +646,7 @@ class MetaLearningTask(protocol.Task):
     the new BatchNorm state. Training itself uses :meth:`train_gradients`."""
     result = self._meta_batch(batch, before_metrics=self.train_before_metrics,
                               **self._schedule(batch, global_batch_size))
-    after = result.per_task.get("msl_objective", result.per_task["query_loss_after"])
+    after = result.per_task.get("msl_objective", result.per_task["loss"])
     loss = tf.nn.compute_average_loss(after, global_batch_size=global_batch_size)
     return loss, self._train_sums(result.per_task), result.state
 
@@ -692,7 +692,7 @@ class MetaLearningTask(protocol.Task):
       chained = tape.gradient([weights[p] for p in paths], variables,
                               output_gradients=[result.weight_grads[p] for p in paths])
       grads = [meta_batch.sum_gradients(a, b) for a, b in zip(grads, chained)]
-    after = result.per_task["query_loss_after"]
+    after = result.per_task["loss"]
     loss = tf.reduce_sum(after) / tf.cast(global_batch_size, after.dtype)
     return loss, self._train_sums(result.per_task), result.state, grads
 
@@ -716,22 +716,22 @@ class MetaLearningTask(protocol.Task):
           name: tf.cast(v, tf.float32) for name, v in
           self._adapted_meta_batch(batch, k, before_metrics=False).per_task.items()}
       for name in ("loss", "accuracy") if self.classification else ("loss",):
-        value = sweep_pt[f"query_{name}_after"]
+        value = sweep_pt[name]
         sweep[f"{name}_steps_{k}"] = (total(value), n)
         sweep[f"{name}_steps_{k}_sq"] = (total(tf.square(value)), n)
-    sums = {"loss": (total(pt["query_loss_after"]), n)}
+    sums = {"loss": (total(pt["loss"]), n)}
     if self.before_metrics:
-      sums["loss_before"] = (total(pt["query_loss_before"]), n)
+      sums["loss_before"] = (total(pt["loss_before"]), n)
     if self.classification:
-      acc = pt["query_accuracy_after"]
+      acc = pt["accuracy"]
       sums.update(accuracy=(total(acc), n), accuracy_sq=(total(tf.square(acc)), n))
       if self.before_metrics:
-        sums["accuracy_before"] = (total(pt["query_accuracy_before"]), n)
+        sums["accuracy_before"] = (total(pt["accuracy_before"]), n)
       if self.runs:
         rw = w if self._eval_fn is None else rw   # Runs alone: every task is a run.
         sums["one_shot_error"] = (total(1.0 - acc, rw), tf.reduce_sum(rw))
     else:
-      sums["loss_sq"] = (total(tf.square(pt["query_loss_after"])), n)
+      sums["loss_sq"] = (total(tf.square(pt["loss"])), n)
     sums.update(sweep)
     return sums
 

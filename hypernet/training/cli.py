@@ -402,6 +402,32 @@ def check_train_args(config, workdir: str) -> None:
     idx.find_idx_dir(config.data.name, config.data.data_dir or None)
 
 
+def plugins_in(config) -> str:
+  """`` (model.name=my_lab:net, data.name=my_lab:load)``: the plug-ins ``config`` runs,
+  for the first console line ("" when it runs none)."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  flat = config_lib.flatten(config)
+  named = [f"{field}={flat[field]}" for field in config_lib.PLUGIN_FIELDS
+           if field in flat and (config_lib.is_plugin_value(field, flat[field]) or (
+               field == "data.name" and str(flat[field]).startswith("tfds:")))]
+  return f" ({', '.join(named)})" if named else ""
+
+
+def plugin_notices(config) -> list:
+  """One-line notices of settings a plug-in run inherits from its base config that act on
+  the user's data: ``data.augment_shift`` shifts every training image of a plug-in or
+  TFDS data set (digits_hyper.py sets 1 for the digits; configs/plugin.py sets 0)."""
+  name = str(config.data.name)
+  if config.task not in ("classification", "multitask_classification"):
+    return []
+  if (":" in name) and int(config.data.augment_shift) > 0:
+    return [f"config.data.augment_shift={config.data.augment_shift} shifts each training "
+            f"image of config.data.name={name!r} by up to {config.data.augment_shift} "
+            "pixel(s); --config.data.augment_shift=0 turns it off (configs/plugin.py starts "
+            "a plug-in run without it)."]
+  return []
+
+
 def read_workdir_config(workdir: str, flag: str = "--workdir"):
   """The config a training workdir holds (``workdir/config.json``), validated;
   TensorFlow-free for local folders (``tf.io.gfile`` reads ``gs://``-style paths).

@@ -176,6 +176,23 @@ def exported_model(task, condition: Optional[int] = None,
   return keras.Model(inputs, outputs, name=f"{target.name}_exported")
 
 
+def _stored_range(task) -> str:
+  """``"lo..hi"``: the range of the training images as stored (what the exported model
+  takes), read from the data, not assumed from the pixel scale."""
+  from hypernet.tasks import protocol  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  x = np.asarray(protocol.as_task(task).data.x_train)
+  lo, hi = float(x.min()), float(x.max())
+  fmt = (lambda v: f"{v:.0f}") if lo.is_integer() and hi.is_integer() else (
+      lambda v: f"{v:.3g}")
+  return f"{fmt(lo)}..{fmt(hi)}"
+
+
+def _fraction(scale: float) -> str:
+  inverse = 1.0 / scale
+  return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-6 else f"{scale:.6g}"
+
+
 def input_contract(task, model, softmax: bool = False) -> Dict[str, str]:
   """What an exported model takes and returns, in words for the console.
 
@@ -185,8 +202,8 @@ def input_contract(task, model, softmax: bool = False) -> Dict[str, str]:
     softmax: whether it ends in a softmax.
 
   Returns:
-    ``{"input": "float32 [batch, 8, 8, 1]: raw pixel values 0..16 (the model scales them
-    by 1/16 itself)", "output": "logits [batch, 10] (softmax gives probabilities)",
+    ``{"input": "float32 [batch, 8, 8, 1]: values 0..16 as the data set stores them (the
+    model scales them by 1/16 itself)", "output": "logits [batch, 10] (softmax gives probabilities)",
     "load": "keras.models.load_model(path) (Keras alone; no hypernet import)"}``.
   """
   shape = ", ".join(["batch"] + [str(d) for d in model.inputs[0].shape[1:]])
@@ -194,9 +211,9 @@ def input_contract(task, model, softmax: bool = False) -> Dict[str, str]:
   dtype = getattr(dtype, "name", dtype)
   scale = input_scale(task)
   if scale is not None:
-    top = round(1.0 / scale)
-    values = (f"raw pixel values 0..{top} as the data set stores them (the model scales "
-              f"them by 1/{top} itself)")
+    values = f"values {_stored_range(task)} as the data set stores them (" + (
+        "the model applies no scaling)" if scale == 1.0 else
+        f"the model scales them by {_fraction(scale)} itself)")
   else:
     values = "inputs as the training episodes feed them"
   out = ", ".join(["batch"] + [str(d) for d in model.outputs[0].shape[1:]])
