@@ -22,6 +22,8 @@ def test_api_reference_builds_strict_and_documents_every_public_name(tmp_path):
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert "WARNING" not in proc.stderr, proc.stderr
+  broken = _broken_links(site)
+  assert not broken, broken
   ids = set()
   for root, _, files in os.walk(site / "api"):
     for f in files:
@@ -47,3 +49,23 @@ def test_api_index_table_lists_every_public_name():
   listed = {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
   missing = [n for n in hypernet.__all__ if n not in listed]
   assert not missing, missing
+
+
+def _broken_links(site):
+  """``[(page, href)]`` for every relative link of the built site whose target is not
+  in the site (the guides' links to examples/ and experiments/ included)."""
+  broken = []
+  for root, _, files in os.walk(site):
+    for name in files:
+      if not name.endswith(".html") or name == "404.html":
+        continue
+      with open(os.path.join(root, name), encoding="utf-8") as f:
+        hrefs = re.findall(r'href="([^"]+)"', f.read())
+      for href in hrefs:
+        target = href.split("#", 1)[0].split("?", 1)[0]
+        if not target or re.match(r"^[a-z]+:", target) or target.startswith("/"):
+          continue
+        path = os.path.normpath(os.path.join(root, target))
+        if not (os.path.isfile(path) or os.path.isdir(path)):
+          broken.append((os.path.relpath(os.path.join(root, name), site), href))
+  return broken

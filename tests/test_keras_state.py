@@ -195,9 +195,9 @@ def _weight_values(model, state):
   return [values[index[id(w)]] for w in _restorable(model)]
 
 
-# MAML++'s state restores through the same save_weights / load_weights as the
-# ModelCheckpoint case above; three fresh models of it would cost 30 s of CI.
-@pytest.mark.parametrize("kind", ["metasgd", "support_hypernet", "hyper"])
+# MAML++'s and the support generator's state restore through the same save_weights /
+# load_weights as the ModelCheckpoint case above (three fresh models of MAML++ cost 30 s).
+@pytest.mark.parametrize("kind", ["metasgd", "hyper"])
 def test_backup_and_restore_resumes_to_the_uninterrupted_run(kind, digits, tmp_path):
   model, data = _model_and_data(kind, digits)
   whole = _Record()
@@ -234,9 +234,10 @@ for name in ("hyper", "meta"):
     batch = {k: data[k] for k in ("support_x", "support_y", "query_x", "query_y")}
     pred = model.predict(tf.data.Dataset.from_tensors(batch), verbose=0)
     out["meta_iterations"] = int(model.optimizer.iterations.numpy())
-    model.fit(tf.data.Dataset.from_tensors(batch).repeat(3), epochs=1, verbose=0)
-    np.savez(sys.argv[2] + f"/{first}_continued.npz",
-             *[np.asarray(v.numpy()) for v in model.variables + model.optimizer.variables])
+    if first == "hypernet":  # Once is enough: the other order differs only in the import.
+      model.fit(tf.data.Dataset.from_tensors(batch).repeat(3), epochs=1, verbose=0)
+      np.savez(sys.argv[2] + "/continued.npz",
+               *[np.asarray(v.numpy()) for v in model.variables + model.optimizer.variables])
   np.save(sys.argv[2] + f"/{first}_{name}_pred.npy", pred)
   out[name] = type(model).__name__
 print(json.dumps(out))
@@ -270,11 +271,11 @@ def test_saved_models_load_in_a_new_process_after_import_hypernet_alone(digits, 
     assert got["meta_iterations"] == 3
     np.testing.assert_array_equal(np.load(tmp_path / f"{first}_hyper_pred.npy"), want_hyper)
     np.testing.assert_array_equal(np.load(tmp_path / f"{first}_meta_pred.npy"), want_meta)
-    reloaded = np.load(tmp_path / f"{first}_continued.npz")
-    assert len(reloaded.files) == len(continued)
-    for i, want in enumerate(continued):
-      np.testing.assert_allclose(reloaded[f"arr_{i}"], want, rtol=1e-6, atol=1e-7,
-                                 err_msg=f"variable {i} after fit() continued")
+  reloaded = np.load(tmp_path / "continued.npz")
+  assert len(reloaded.files) == len(continued)
+  for i, want in enumerate(continued):
+    np.testing.assert_allclose(reloaded[f"arr_{i}"], want, rtol=1e-6, atol=1e-7,
+                               err_msg=f"variable {i} after fit() continued")
 
 
 def test_hypermodel_summary_reports_what_is_generated_from_what():
