@@ -14,24 +14,13 @@ time) with the minimum, mean and maximum, and writes it to ``OUT/seeds.md``.
 """
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Dict, Optional, Sequence
-
-from absl import app
-from absl import flags
 
 from experiments import seed_runs
 
 CONFIG_NAME = "digits_hyper"
-
-_CONFIG = flags.DEFINE_string("config", CONFIG_NAME, "configs/<config>.py to run.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "--config.data.data_dir of every run "
-                                "(default: the config's).")
-_TEST_SIZE = flags.DEFINE_integer("test_size", 359, "Images in the config's test set "
-                                  "(digits 359, MNIST 10,000).")
-_OUT = flags.DEFINE_string("out", None, "Folder of the runs' workdirs and seeds.md.",
-                           required=True)
-_SEEDS = flags.DEFINE_list("seeds", [str(s) for s in range(10)], "Seeds to run.")
 
 
 def run_seed(out: str, seed: int, config: str = CONFIG_NAME,
@@ -57,19 +46,30 @@ def table(results: Dict[int, Dict], test_size: int = 359) -> str:
   return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  os.makedirs(_OUT.value, exist_ok=True)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  # argparse, not absl flags: importing this module defines no global flag (the tests
+  # import it beside hypernet.evaluate, whose flags share these names).
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--config", default=CONFIG_NAME, help="configs/<config>.py to run.")
+  parser.add_argument("--data_dir", default=None,
+                      help="--config.data.data_dir of every run (default: the config's).")
+  parser.add_argument("--test_size", type=int, default=359,
+                      help="Images in the config's test set (digits 359, MNIST 10,000).")
+  parser.add_argument("--out", required=True,
+                      help="Folder of the runs' workdirs and seeds.md.")
+  parser.add_argument("--seeds", default=",".join(str(s) for s in range(10)),
+                      help="Seeds to run, comma-separated.")
+  args = parser.parse_args(argv)
+  os.makedirs(args.out, exist_ok=True)
   results = {}
-  for seed in (int(s) for s in _SEEDS.value):
-    results[seed] = run_seed(_OUT.value, seed, _CONFIG.value, _DATA_DIR.value)
+  for seed in (int(s) for s in args.seeds.split(",")):
+    results[seed] = run_seed(args.out, seed, args.config, args.data_dir)
     print(f"seed {seed}: test accuracy {100 * results[seed]['accuracy']:.2f}%", flush=True)
-  text = table(results, _TEST_SIZE.value)
-  with open(os.path.join(_OUT.value, "seeds.md"), "w") as f:
+  text = table(results, args.test_size)
+  with open(os.path.join(args.out, "seeds.md"), "w") as f:
     f.write(text)
   print(text)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()
