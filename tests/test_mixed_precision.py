@@ -91,7 +91,7 @@ def test_functional_call_computes_in_the_low_precision(policy, digits):
     assert _rel(g, r) < TOL[policy][1], (p, _rel(g, r))
 
 
-def _fit(policy, digits, build, epochs=2):
+def _fit(digits, build, epochs=2):
   keras.utils.set_random_seed(2)
   model = build()
   model.compile(keras.optimizers.Adam(1e-2),
@@ -107,15 +107,15 @@ def _hyper():
 
 
 def test_hypermodel_trains_as_a_plain_keras_model_does(policy, digits):
-  model, losses = _fit(policy, digits, _hyper)
-  plain, _ = _fit(policy, digits, _cnn, epochs=1)
+  model, losses = _fit(digits, _hyper)
+  plain, _ = _fit(digits, _cnn, epochs=1)
   # Loss scaling exactly where Keras puts it for the plain model (float16 only).
   assert type(model.optimizer) is type(plain.optimizer)
   assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) is (
       policy == "mixed_float16")
   assert all(v.dtype == "float32" for v in model.trainable_weights)
   assert model.target.layers[0].compute_dtype == LOW[policy]
-  _, ref_losses = _in_float32(lambda: _fit("float32", digits, _hyper))
+  _, ref_losses = _in_float32(lambda: _fit(digits, _hyper))
   assert losses[-1] < losses[0]  # It learns.
   for got, want in zip(losses, ref_losses):
     assert abs(got - want) < TOL[policy][0] * max(1.0, want) * 5, (losses, ref_losses)

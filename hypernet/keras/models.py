@@ -195,11 +195,10 @@ class HyperModel(keras.Model):
       parameters than the weights they generate; the command line prints the same).
     """
     size = lambda vs: int(sum(np.prod(tuple(v.shape)) for v in vs))
-    hypernetwork = size(self.hypernetwork.trainable_weights)
-    generated = size(self.hypernetwork.target_spec.values())
-    return {"trainable": size(self.trainable_weights), "hypernetwork": hypernetwork,
-            "generated": generated, "target": size(self.target.trainable_weights),
-            "compression_ratio": generated / max(hypernetwork, 1)}
+    h = self.hypernetwork
+    return {"trainable": size(self.trainable_weights), "hypernetwork": h.parameter_count(),
+            "generated": h.num_generated, "target": size(self.target.trainable_weights),
+            "compression_ratio": h.compression_ratio()}
 
   def summary(self, *args, **kwargs):
     """Keras' summary, then one line: how many target weights the hypernetwork generates

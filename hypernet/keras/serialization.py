@@ -47,9 +47,6 @@ class _Deferred:
   def from_config(self, config, *args, **kwargs):
     return resolve(self.registered_name).from_config(config, *args, **kwargs)
 
-  def get_config(self):  # Keras' register checks for it; never called on the stand-in.
-    raise TypeError(f"{self.registered_name} is a deferred class, not an instance.")
-
   def __repr__(self):
     return f"<deferred {SERIALIZABLES[self.registered_name]}>"
 
