@@ -112,9 +112,17 @@ def test_all_canaries_pass_on_this_install():
 def test_moments_hook_no_longer_reached_raises_one_clear_line(monkeypatch, fresh_canaries):
   # A Keras that inlines tf.nn.moments: the replaced _compute_moments is never called,
   # and second derivatives through LayerNorm would be Keras' own (0.9404), silently.
+  # (Written out: TensorFlow >= 2.22's own tf.nn.moments keeps that gradient.)
+  def inlined(x, axes, keepdims=False, synchronized=False):
+    del synchronized
+    mean = tf.reduce_mean(x, axes, keepdims=True)
+    var = tf.reduce_mean(tf.square(x - tf.stop_gradient(mean)), axes, keepdims=keepdims)
+    return (mean if keepdims else tf.squeeze(mean, axes)), var
+
   nn = compat.keras_backend("nn", "moments")
-  monkeypatch.setattr(nn, "moments", lambda x, axes, keepdims=False, synchronized=False:
-                      tf.nn.moments(x, axes, keepdims=keepdims))
+  # Defined as if in Keras' own module (hypernet looks for _compute_moments beside it).
+  inlined = types.FunctionType(inlined.__code__, vars(nn), "moments", inlined.__defaults__)
+  monkeypatch.setattr(nn, "moments", inlined)
   with pytest.raises(compat.UnsupportedVersionError) as error:
     _ln_second_derivative(_ln_model())
   message = str(error.value)
@@ -322,14 +330,16 @@ def test_backend_module_found_in_the_keras_316_layout(monkeypatch):
   package.nn = real
   import keras.src.backend as backend  # pylint: disable=g-import-not-at-top
   import keras.src.backend.tensorflow as tf_backend  # pylint: disable=g-import-not-at-top
-  monkeypatch.delattr(backend, "nn")
-  monkeypatch.delattr(tf_backend, "nn")
+  # (On Keras >= 3.16 these attributes are already gone: nothing to delete.)
+  monkeypatch.delattr(backend, "nn", raising=False)
+  monkeypatch.delattr(tf_backend, "nn", raising=False)
   monkeypatch.setitem(sys.modules, "keras.src.backend.nn", None)
   monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.nn", None)
   monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.ops", package)
   monkeypatch.setattr(tf_backend, "ops", package, raising=False)
   assert compat.keras_backend("nn", "moments") is real
   monkeypatch.setattr(package, "nn", None)
+  monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.ops.nn", None)
   with pytest.raises(compat.UnsupportedVersionError) as error:
     compat.keras_backend("nn", "moments")
   assert "\n" not in str(error.value) and "nn.moments" in str(error.value)
@@ -339,15 +349,18 @@ def test_hypernet_runs_with_the_keras_316_module_layout():
   # A fresh process in which the old module paths are gone (as in keras-nightly 3.16):
   # importing them by path failed at `import hypernet.meta` and the first functional call.
   out = _run_script("""
-    import json, sys, types
+    import importlib, json, sys, types
     import keras, tensorflow as tf
     import keras.src.backend.tensorflow as tfb
     ops = types.ModuleType("keras.src.backend.tensorflow.ops")
     for name in ("nn", "numpy", "core"):
-      module = getattr(tfb, name)
+      if hasattr(tfb, name):  # Keras <= 3.15; on >= 3.16 the layout is already the new one.
+        module = getattr(tfb, name)
+        delattr(tfb, name)
+      else:
+        module = importlib.import_module("keras.src.backend.tensorflow.ops." + name)
       setattr(ops, name, module)
       sys.modules["keras.src.backend.tensorflow.ops." + name] = module
-      delattr(tfb, name)
       sys.modules["keras.src.backend.tensorflow." + name] = None
     sys.modules["keras.src.backend.tensorflow.ops"] = ops
     tfb.ops = ops
