@@ -1,64 +1,61 @@
-"""The supported range in one story: setup.py's bounds, CI's oldest pair, the running
-environment, and the compatibility subset's list (tests/supported.py)."""
-import ast
+"""The tested version range (hypernet/numerics/versions.py): its notice, and that it agrees
+with CI's oldest pins and the package's lower bounds."""
+import logging
+import os
 import re
+import tomllib
 
-import keras
-import tensorflow as tf
+import pytest
 
-import supported
-from conftest import REPO_ROOT
+from hypernet.numerics import versions
 
-
-def _requirements():
-  tree = ast.parse((REPO_ROOT / "setup.py").read_text())
-  call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-              and getattr(n.func, "id", "") == "setup")
-  install = next(k.value for k in call.keywords if k.arg == "install_requires")
-  return {re.split(r"[<>=]", s.value)[0]: s.value for s in install.elts}
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def _bounds(spec):
-  low = re.search(r">=([\d.]+)", spec).group(1)
-  high = re.search(r"<([\d.]+)", spec).group(1)
-  return supported._version(low), supported._version(high)  # pylint: disable=protected-access
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+  monkeypatch.setattr(versions, "_noticed", set())
 
 
-def test_oldest_pair_is_setup_lower_bound_and_this_environment_is_in_range():
-  reqs = _requirements()
-  pins = dict(re.match(r"([\w-]+)==([\d.]+)", line).groups()
-              for line in (REPO_ROOT / ".ci" / "oldest.txt").read_text().splitlines()
-              if line and not line.startswith("#"))
-  for package in ("tensorflow", "keras", "tensorboard"):
-    low, high = _bounds(reqs[package])
-    assert supported._version(pins[package]) == low, package  # pylint: disable=protected-access
-  for package, version in (("tensorflow", tf.__version__), ("keras", keras.__version__)):
-    low, high = _bounds(reqs[package])
-    assert low <= supported._version(version) < high, (package, version)  # pylint: disable=protected-access
+def test_inside_the_tested_range_says_nothing(caplog):
+  with caplog.at_level(logging.WARNING, logger="hypernet"):
+    for tf_version, keras_version in (("2.19.1", "3.11.3"), ("2.21.0", "3.15.1"),
+                                      ("2.22.0rc0", "3.16.0.dev2026102704")):
+      assert versions.notice_once(tf_version, keras_version) is None
+  assert not caplog.records
 
 
-def test_every_subset_entry_names_a_test():
-  for entry in supported.COMPAT_SUBSET:
-    path, _, name = entry.partition("::")
-    file = REPO_ROOT / "tests" / path
-    assert file.is_file(), entry
-    if name:
-      names = {n.name for n in ast.parse(file.read_text()).body
-               if isinstance(n, ast.FunctionDef)}
-      assert name.split("[")[0] in names, entry
-  assert supported.in_subset("tests/test_meta.py::test_maml_toy_exact[eager-1-False-dense]")
-  assert supported.in_subset("tests/test_functional.py::test_errors_name_the_problem")
-  assert not supported.in_subset("tests/test_meta.py::test_anil_exact[False]")
-  assert supported.in_subset(
-      "tests/test_meta_batch.py::test_conv4_meta_batch_matches_per_task_loop[metasgd]")
-  assert not supported.in_subset(
-      "tests/test_meta_batch.py::test_conv4_meta_batch_matches_per_task_loop[maml]")
+def test_a_newer_release_gets_one_calm_notice(caplog):
+  with caplog.at_level(logging.WARNING, logger="hypernet"):
+    first = versions.notice_once("2.23.0", "3.15.1")
+    assert versions.notice_once("2.23.0", "3.15.1") is None  # once per process
+  assert len(caplog.records) == 1 and caplog.records[0].getMessage() == first
+  assert "TensorFlow 2.23.0 is newer than the 2.22 hypernet is tested on" in first
+  assert "expected to work" in first and "tools/forward_check.sh" in first
+  assert "\n" not in first
 
 
-def test_requires_keras_skips_older_keras_with_the_reason():
-  newer = f"{supported.KERAS[0]}.{supported.KERAS[1] + 1}"
-  mark = supported.requires_keras(newer, "a feature")
-  assert mark.args == (True,)
-  assert mark.kwargs["reason"] == (f"needs Keras >= {newer} (a feature); Keras "
-                                   f"{keras.__version__} is installed")
-  assert supported.requires_keras("3.0", "anything").args == (False,)
+def test_an_older_release_is_told_how_to_upgrade():
+  message = versions.notice_once("2.21.0", "3.10.0")
+  assert "Keras 3.10.0 is older than the 3.11 hypernet is tested on" in message
+  assert "pip install -U 'tensorflow>=2.19' 'keras>=3.11'" in message
+  assert "TensorFlow 2.21.0" not in message  # only Keras is outside
+
+
+def test_unreadable_versions_are_left_alone():
+  assert versions.major_minor("2.22.0rc0") == (2, 22)
+  assert versions.major_minor("3.16.0.dev2026102704") == (3, 16)
+  assert versions.notice_once("unknown", "nightly") is None
+
+
+def test_the_tested_range_starts_at_ci_oldest_pins_and_the_package_lower_bounds():
+  pins = dict(re.findall(r"^(tensorflow|keras)==(\d+\.\d+)", open(
+      os.path.join(ROOT, ".ci", "oldest.txt")).read(), re.M))
+  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    deps = tomllib.load(f)["project"]["dependencies"]
+  bounds = dict(re.findall(r"^(tensorflow|keras)>=(\d+\.\d+)$", "\n".join(deps), re.M))
+  for name, library in (("tensorflow", "TensorFlow"), ("keras", "Keras")):
+    oldest = "%d.%d" % versions.TESTED[library][0]
+    assert pins[name] == oldest and bounds[name] == oldest, (name, pins, bounds)
+  # Lower bounds only: no cap that would exclude a newer release that works.
+  assert not [d for d in deps if "<" in d], deps

@@ -20,6 +20,10 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 import keras
 import tensorflow as tf
 
+from hypernet.numerics import versions
+
+versions.notice_once(tf.__version__, keras.__version__)  # Once, outside the tested range.
+
 
 class UnsupportedVersionError(RuntimeError):
   """A private hook hypernet needs is missing or no longer computes what it must."""
@@ -42,6 +46,10 @@ def warn_once(key: str, message: str, *args) -> None:
     logging.warning("hypernet: " + message, *args)
 
 
+# Not converted by AutoGraph when a traced function reaches it: TensorFlow 2.22.0rc0's
+# AutoGraph calls the converted check with an extra argument (a TypeError in every
+# second-order meta-step that ran a canary inside its trace).
+@tf.autograph.experimental.do_not_convert
 def run_canary(name: str, check: Callable[[], Optional[str]]) -> Optional[str]:
   """Runs ``check()`` once per process in a fresh thread; returns ``None`` if it passed,
   else the reason (a string). ``check`` returns ``None`` or a reason, or raises (the
