@@ -224,6 +224,7 @@ def _case_inputs(name, model, rng):
 
 def _compute(fn, weights, args, device, dtype, xla, tf32):
   """``fn``'s derivatives, flattened in path order, as float64 NumPy."""
+  tf32_before = tf.config.experimental.tensor_float_32_execution_enabled()
   tf.config.experimental.enable_tensor_float_32_execution(tf32)
   try:
     def cast(a):
@@ -241,10 +242,10 @@ def _compute(fn, weights, args, device, dtype, xla, tf32):
       out = tf.function(traced, jit_compile=xla)(cast(weights), *[cast(a) for a in args])
     return _np.concatenate([_np.asarray(out[p], "float64").ravel() for p in sorted(out)])
   finally:
-    tf.config.experimental.enable_tensor_float_32_execution(True)  # TensorFlow's default
+    tf.config.experimental.enable_tensor_float_32_execution(tf32_before)
 
 
-def second_order_check(gpus, reference_error=0.0, full=False):
+def second_order_check(gpus, reference_error=0.0, full=False, cases=None):
   """Runs the second-order check; returns its rows (dicts, also printed).
 
   Args:
@@ -253,6 +254,7 @@ def second_order_check(gpus, reference_error=0.0, full=False):
       test can see a wrong reference reported as FAIL (0 in a real run).
     full: without a GPU, also the MAML case under XLA (its XLA compile took 8.5 s on 2
       CPU cores; the conv-LayerNorm case covers the XLA path in 2 s). Always with a GPU.
+    cases: the names of the cases to run (default: all).
   """
   import keras  # pylint: disable=g-import-not-at-top
   modes = [("CPU float32 (calibration)", "/CPU:0", "float32", False, False),
@@ -264,41 +266,54 @@ def second_order_check(gpus, reference_error=0.0, full=False):
               ("GPU float32, TF32", gpus[0], "tf32", False, True),
               ("GPU float32, TF32, XLA", gpus[0], "tf32", True, True)]
   keras.utils.set_random_seed(0)  # the weights: one draw, then cast for every dtype
-  tf.get_logger().setLevel("ERROR")  # each mode's own tf.function: retracing warnings
-  reference_targets = _second_order_targets("float64")
-  targets = {"float32": _second_order_targets("float32")}
-  rows = []
-  for case, (model, fn64) in reference_targets.items():
-    weights, args = _case_inputs(case, model, _np.random.default_rng(0))
-    start = time.perf_counter()
-    ref = _compute(fn64, weights, args, "/CPU:0", "float64", False, False)
-    ref = ref * (1.0 + reference_error)
-    scale = float(_np.max(_np.abs(ref)))
-    for label, device, arithmetic, xla, tf32 in modes:
-      if xla and device == "/CPU:0" and case.startswith("MAML") and not (gpus or full):
-        rows.append(_check_row(case, label, None, None,
-                               "skipped (CPU: XLA compile ~8 s; --full_check runs it)"))
-        continue
-      dtype = "float64" if arithmetic == "float64" else "float32"
-      fn = fn64 if dtype == "float64" else targets["float32"][case][1]
-      try:
-        got = _compute(fn, weights, args, device, dtype, xla, tf32)
-      except Exception as e:  # pylint: disable=broad-except
-        text = (str(e).strip().splitlines() or [""])[0][:160]
-        rows.append(_check_row(case, label, None, None, f"ERROR {type(e).__name__}: {text}"))
-        continue
-      error = float(_np.max(_np.abs(got - ref))) / scale
-      tol = TOLERANCE[arithmetic]
-      verdict = "info" if tol is None else ("PASS" if error <= tol else "FAIL")
-      rows.append(_check_row(case, label, error, tol, verdict))
-    rows[-1]["seconds"] = round(time.perf_counter() - start, 1)
+  logger, level = tf.get_logger(), tf.get_logger().level
+  logger.setLevel("ERROR")  # each mode traces its own tf.function: retracing warnings
+  try:
+    reference_targets = _second_order_targets("float64")
+    targets = _second_order_targets("float32")
+    rows = []
+    for case, (model, fn64) in reference_targets.items():
+      if cases is None or case in cases:
+        rows += _check_case(case, model, fn64, targets[case][1], modes, reference_error,
+                            skip_cpu_xla=case.startswith("MAML") and not (gpus or full))
+  finally:
+    logger.setLevel(level)
   return rows
 
 
-def _check_row(case, mode, error, tol, verdict):
+def _check_case(case, model, fn64, fn32, modes, reference_error, skip_cpu_xla):
+  """One case's rows: each mode against the CPU float64 reference."""
+  weights, args = _case_inputs(case, model, _np.random.default_rng(0))
+  ref = _compute(fn64, weights, args, "/CPU:0", "float64", False, False)
+  ref = ref * (1.0 + reference_error)
+  scale = float(_np.max(_np.abs(ref)))
+  rows = []
+  for label, device, arithmetic, xla, tf32 in modes:
+    if xla and device == "/CPU:0" and skip_cpu_xla:
+      rows.append(_check_row(case, label, None, None,
+                             "skipped (CPU: XLA compile ~8 s; --full_check runs it)"))
+      continue
+    dtype = "float64" if arithmetic == "float64" else "float32"
+    start = time.perf_counter()
+    try:
+      got = _compute(fn64 if dtype == "float64" else fn32, weights, args, device, dtype,
+                     xla, tf32)
+    except Exception as e:  # pylint: disable=broad-except
+      text = (str(e).strip().splitlines() or [""])[0][:160]
+      rows.append(_check_row(case, label, None, None, f"ERROR {type(e).__name__}: {text}"))
+      continue
+    error = float(_np.max(_np.abs(got - ref))) / scale
+    tol = TOLERANCE[arithmetic]
+    verdict = "info" if tol is None else ("PASS" if error <= tol else "FAIL")
+    rows.append(_check_row(case, label, error, tol, verdict, time.perf_counter() - start))
+  return rows
+
+
+def _check_row(case, mode, error, tol, verdict, seconds=None):
   entry = {"check": case, "mode": mode,
            "rel_error": None if error is None else float(f"{error:.3g}"),
-           "tolerance": tol, "result": verdict}
+           "tolerance": tol, "result": verdict,
+           "seconds": None if seconds is None else round(seconds, 1)}
   print(f"  {case} | {mode} | "
         + ("" if error is None else f"rel. error {error:.2e} | ")
         + ("" if tol is None else f"tol {tol:.0e} | ") + verdict, flush=True)
@@ -328,7 +343,7 @@ def readme_accuracy_check(accuracy, full, deterministic):
             + ("deterministic ops" if deterministic else
                "cuDNN kernels not deterministic: rerun with --deterministic") + ")")
   entry = {"check": "README job accuracy", "mode": note, "rel_error": None,
-           "tolerance": "1 point", "result": verdict}
+           "tolerance": "1 point", "result": verdict, "seconds": None}
   print(f"  README job accuracy | {note} | {verdict}", flush=True)
   return entry
 
