@@ -64,6 +64,7 @@ import contextlib
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -457,6 +458,7 @@ def run(args):
       rate_row(label, c, f"{note}, global batch {c.batch_size}", kw, f"{kind}_{name}")
   if not on_gpu:
     row("peak GPU memory", result="skipped", note=gpu_row)
+  shutil.rmtree(tmp, ignore_errors=True)  # the rows' workdirs: checkpoints, summaries
   return {"correctness": checks, "canaries": report, "rows": rows}
 
 
