@@ -306,5 +306,10 @@ def main(argv):
   cli.run_main(run, interrupted="stopped by Ctrl-C; nothing more was written.")
 
 
-if __name__ == "__main__":
+def entry_point():
+  """The ``hypernet-evaluate`` console script (the same as ``python -m hypernet.evaluate``)."""
   cli.run_entry_point(main)
+
+
+if __name__ == "__main__":
+  entry_point()

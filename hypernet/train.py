@@ -53,5 +53,10 @@ def main(argv):
                "was saved; rerun the same command to start again.")
 
 
-if __name__ == "__main__":
+def entry_point():
+  """The ``hypernet-train`` console script (the same as ``python -m hypernet.train``)."""
   cli.run_entry_point(main)
+
+
+if __name__ == "__main__":
+  entry_point()
