@@ -18,9 +18,10 @@ PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 def test_the_wheel_lists_every_package_and_ships_configs_as_hypernet_configs():
   setuptools = PYPROJECT["tool"]["setuptools"]
   found = find_packages(str(REPO_ROOT), include=["hypernet", "hypernet.*"])
-  assert sorted(setuptools["packages"]) == sorted(found + ["hypernet.configs"])
+  assert sorted(setuptools["packages"]) == sorted(
+      found + ["hypernet.configs", "hypernet.numerics.kernels"])
   assert setuptools["package-dir"] == {"hypernet.configs": "configs"}
-  assert setuptools["package-data"]["hypernet"] == ["numerics/kernels/*.cc"]
+  assert setuptools["package-data"] == {"hypernet.numerics.kernels": ["*.cc"]}
   assert glob.glob(str(REPO_ROOT / "hypernet" / "numerics" / "kernels" / "*.cc"))
   assert not (REPO_ROOT / "hypernet" / "configs").exists()  # One copy: configs/.
 
