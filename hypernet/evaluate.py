@@ -1,6 +1,7 @@
 """Evaluate a training workdir's checkpoint; optionally export the target network.
 
     python -m hypernet.evaluate --workdir=/tmp/hypernet/digits_hyper
+    hypernet-evaluate --workdir=/tmp/hypernet/digits_hyper    # the same, installed
     python -m hypernet.evaluate --workdir=DIR --checkpoint=2000 --export=/tmp/target.keras
     python -m hypernet.evaluate --workdir=DIR --set meta.num_ways=20 --set meta.num_shots=5
 
@@ -306,5 +307,10 @@ def main(argv):
   cli.run_main(run, interrupted="stopped by Ctrl-C; nothing more was written.")
 
 
-if __name__ == "__main__":
+def entry_point():
+  """The ``hypernet-evaluate`` console script (the same as ``python -m hypernet.evaluate``)."""
   cli.run_entry_point(main)
+
+
+if __name__ == "__main__":
+  entry_point()

@@ -1,7 +1,10 @@
 """Training entry point.
 
     python -m hypernet.train --config=configs/digits_hyper.py --workdir=/tmp/digits
+    hypernet-train --config=configs/digits_hyper.py --workdir=/tmp/digits  # the same
 
+A ``--config=configs/NAME.py`` that is not in the working directory is looked up among
+hypernet's configs (installed with the wheel; ``hypernet.training.cli.find_config``).
 Overrides: ``--config.optim.lr=3e-4`` (also in a ``--flagfile``; a later flag wins).
 Rerunning the same command resumes from the latest checkpoint. Exit status: 0 done, 1 a
 user error (one line) or a bug, 130 Ctrl-C, 143 stopped early: rerun to resume
@@ -53,5 +56,10 @@ def main(argv):
                "was saved; rerun the same command to start again.")
 
 
-if __name__ == "__main__":
+def entry_point():
+  """The ``hypernet-train`` console script (the same as ``python -m hypernet.train``)."""
   cli.run_entry_point(main)
+
+
+if __name__ == "__main__":
+  entry_point()

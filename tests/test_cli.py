@@ -324,3 +324,70 @@ def test_a_user_error_exits_1_and_silences_tensorflows_unrestored_value_list():
     assert tf_logger.filter(record("Another warning"))
   finally:
     tf_logger.removeFilter(cli._drop_unrestored_value_warnings)  # pylint: disable=protected-access
+
+
+# -- --config looked up among the installed configs (pip install, any directory) ---------
+def test_a_config_missing_here_is_found_among_hypernets_configs(tmp_path, monkeypatch):
+  """``configs/NAME.py``, ``NAME.py`` and ``NAME`` name a committed config from any
+  directory (ml_collections' ``:argument`` kept); a file in the working directory wins;
+  absolute paths and other folders are the user's own and stay as given."""
+  monkeypatch.chdir(tmp_path)
+  committed = os.path.join(REPO, "configs", "digits_hyper.py")
+  for value in ("configs/digits_hyper.py", "./configs/digits_hyper.py", "digits_hyper.py",
+                "digits_hyper"):
+    assert os.path.samefile(cli.find_config(value), committed), value
+  assert cli.find_config("digits_hyper:arg").endswith(os.path.join("configs",
+                                                                   "digits_hyper.py:arg"))
+  for value in ("mine/digits_hyper.py", "/nowhere/digits_hyper.py", "configs/nope.py"):
+    assert cli.find_config(value) == value
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "digits_hyper.py").write_text("")
+  assert cli.find_config("configs/digits_hyper.py") == "configs/digits_hyper.py"
+  args = cli._config_args(["train", "--config=digits_plain", "--workdir=w"])  # pylint: disable=protected-access
+  assert os.path.samefile(args[1].split("=", 1)[1], os.path.join(REPO, "configs",
+                                                                 "digits_plain.py"))
+
+
+def test_a_config_found_nowhere_says_where_it_looked_and_what_is_there(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "script.py").write_text("")  # The working directory's own code: no config.
+  folder = cli.config_folders()[0]
+  error = cli._config_file_error  # pylint: disable=protected-access
+  assert error(["train", "--config=configs/digits_hyperr.py"]) == (
+      f"--config=configs/digits_hyperr.py: no such file, nor digits_hyperr.py in {folder} "
+      "(hypernet's configs). Did you mean configs/digits_hyper.py?")
+  assert error(["train", "--config=digits_hyperr"]).endswith(" Did you mean digits_hyper?")
+  listed = error(["train", "--config=zzzz.py"])
+  assert listed.startswith(f"--config=zzzz.py: no such file, nor zzzz.py in {folder} "
+                           "(hypernet's configs: digits_conditional, digits_hyper, ")
+  assert "script" not in listed and listed.endswith(", split_mnist_independent).")
+  assert error(["train", "--config=mine/x.py"]) == "--config=mine/x.py: no such file."
+
+
+def test_installed_configs_are_the_packages_own_then_the_checkouts(tmp_path, monkeypatch):
+  """A wheel's ``site-packages/hypernet/configs``; a top-level ``configs`` beside it
+  (another distribution's) is not hypernet's: only a source checkout's is."""
+  site = tmp_path / "site-packages"
+  (site / "hypernet" / "configs").mkdir(parents=True)
+  (site / "configs").mkdir()
+  monkeypatch.setattr(cli, "__file__", str(site / "hypernet" / "training" / "cli.py"))
+  assert cli.config_folders() == [str(site / "hypernet" / "configs")]
+  (site / "pyproject.toml").write_text("")
+  assert cli.config_folders() == [str(site / "hypernet" / "configs"), str(site / "configs")]
+
+
+def test_train_finds_the_config_from_another_directory_and_reports_its_version(tmp_path):
+  """The README's ``--config=configs/digits_hyper.py`` run elsewhere: found and loaded
+  (here stopped by a config error before TensorFlow loads); ``--version``."""
+  env = dict(os.environ, PYTHONPATH=REPO)
+  out = subprocess.run([sys.executable, "-m", "hypernet.train",
+                        "--config=configs/digits_hyper.py", f"--workdir={tmp_path / 'run'}",
+                        "--config.num_steps=0"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 1 and out.stderr.startswith("train.py: error: config.num_steps"), \
+      out.stderr[-2000:]
+  import hypernet  # pylint: disable=g-import-not-at-top
+  for module in ("hypernet.train", "hypernet.evaluate"):
+    out = subprocess.run([sys.executable, "-m", module, "--version"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout) == (0, f"hypernet {hypernet.__version__}\n"), out

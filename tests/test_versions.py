@@ -1,15 +1,72 @@
-"""The tested version range (hypernet/numerics/versions.py): its notice, and that it agrees
-with CI's oldest pins and the package's lower bounds."""
+"""The supported range in one story: pyproject.toml's bounds, CI's oldest pair, the running
+environment, the compatibility subset's list (tests/supported.py), and the tested range
+with its run-time notice (hypernet/numerics/versions.py)."""
+import ast
 import logging
-import os
 import re
 import tomllib
 
+import keras
 import pytest
+import tensorflow as tf
 
+import supported
+from conftest import REPO_ROOT
 from hypernet.numerics import versions
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+def _requirements():
+  project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+  return {re.split(r"[<>=\[]", s)[0]: s for s in project["dependencies"]}
+
+
+def _bounds(spec):
+  """``(lowest, below)`` of a requirement; ``below`` is None without an upper bound."""
+  low = re.search(r">=([\d.]+)", spec).group(1)
+  high = re.search(r"<([\d.]+)", spec)
+  return (supported._version(low),  # pylint: disable=protected-access
+          supported._version(high.group(1)) if high else None)  # pylint: disable=protected-access
+
+
+def test_oldest_pair_is_the_lower_bound_and_this_environment_is_in_range():
+  reqs = _requirements()
+  pins = dict(re.match(r"([\w-]+)==([\d.]+)", line).groups()
+              for line in (REPO_ROOT / ".ci" / "oldest.txt").read_text().splitlines()
+              if line and not line.startswith("#"))
+  for package in ("tensorflow", "keras", "tensorboard"):
+    low, high = _bounds(reqs[package])
+    assert supported._version(pins[package]) == low, package  # pylint: disable=protected-access
+  for package, version in (("tensorflow", tf.__version__), ("keras", keras.__version__)):
+    low, high = _bounds(reqs[package])
+    assert low <= supported._version(version) and (high is None or supported._version(  # pylint: disable=protected-access
+        version) < high), (package, version)  # pylint: disable=protected-access
+
+
+def test_every_subset_entry_names_a_test():
+  for entry in supported.COMPAT_SUBSET:
+    path, _, name = entry.partition("::")
+    file = REPO_ROOT / "tests" / path
+    assert file.is_file(), entry
+    if name:
+      names = {n.name for n in ast.parse(file.read_text()).body
+               if isinstance(n, ast.FunctionDef)}
+      assert name.split("[")[0] in names, entry
+  assert supported.in_subset("tests/test_meta.py::test_maml_toy_exact[eager-1-False-dense]")
+  assert supported.in_subset("tests/test_functional.py::test_errors_name_the_problem")
+  assert not supported.in_subset("tests/test_meta.py::test_anil_exact[False]")
+  assert supported.in_subset(
+      "tests/test_meta_batch.py::test_conv4_meta_batch_matches_per_task_loop[metasgd]")
+  assert not supported.in_subset(
+      "tests/test_meta_batch.py::test_conv4_meta_batch_matches_per_task_loop[maml]")
+
+
+def test_requires_keras_skips_older_keras_with_the_reason():
+  newer = f"{supported.KERAS[0]}.{supported.KERAS[1] + 1}"
+  mark = supported.requires_keras(newer, "a feature")
+  assert mark.args == (True,)
+  assert mark.kwargs["reason"] == (f"needs Keras >= {newer} (a feature); Keras "
+                                   f"{keras.__version__} is installed")
+  assert supported.requires_keras("3.0", "anything").args == (False,)
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +106,9 @@ def test_unreadable_versions_are_left_alone():
 
 
 def test_the_tested_range_starts_at_ci_oldest_pins_and_the_package_lower_bounds():
-  pins = dict(re.findall(r"^(tensorflow|keras)==(\d+\.\d+)", open(
-      os.path.join(ROOT, ".ci", "oldest.txt")).read(), re.M))
-  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-    deps = tomllib.load(f)["project"]["dependencies"]
+  pins = dict(re.findall(r"^(tensorflow|keras)==(\d+\.\d+)",
+                         (REPO_ROOT / ".ci" / "oldest.txt").read_text(), re.M))
+  deps = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
   bounds = dict(re.findall(r"^(tensorflow|keras)>=(\d+\.\d+)$", "\n".join(deps), re.M))
   for name, library in (("tensorflow", "TensorFlow"), ("keras", "Keras")):
     oldest = "%d.%d" % versions.TESTED[library][0]

@@ -139,7 +139,69 @@ def _config_args(argv: List[str]) -> List[str]:
     else:
       rest.append(a)
     i += 1
+  if config is not None:
+    config = find_config(config)
   return [argv[0]] + ([f"--config={config}"] if config is not None else []) + rest
+
+
+def config_folders() -> List[str]:
+  """The folders of committed configs, where ``--config=configs/NAME.py`` is looked up when
+  the working directory holds no such file (:func:`find_config`).
+
+  The configs installed with the package (``hypernet/configs/``: a wheel ships the
+  repository's ``configs/`` there), then ``configs/`` beside the package when the package
+  is a source checkout (an editable install, ``PYTHONPATH``); the folders that exist.
+  """
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hypernet/
+  checkout = os.path.dirname(package)
+  folders = [os.path.join(package, "configs")]
+  if os.path.isfile(os.path.join(checkout, "pyproject.toml")):
+    folders.append(os.path.join(checkout, "configs"))
+  out: List[str] = []
+  for folder in folders:
+    if os.path.isdir(folder) and \
+        os.path.realpath(folder) not in [os.path.realpath(f) for f in out]:
+      out.append(folder)
+  return out
+
+
+def _lookup_name(path: str) -> Optional[str]:
+  """``NAME.py`` when ``path`` may name a committed config (``configs/NAME.py``,
+  ``NAME.py`` or ``NAME``, relative); ``None`` for any other path."""
+  if os.path.isabs(path) or not path:
+    return None
+  folder, name = os.path.split(os.path.normpath(path))
+  if folder not in ("", "configs") or name in (".", ".."):
+    return None
+  return name if name.endswith(".py") else name + ".py"
+
+
+def _other_folders(path: str) -> List[str]:
+  """:func:`config_folders` other than the one ``path`` itself is in."""
+  here = os.path.realpath(os.path.dirname(path) or ".")
+  return [f for f in config_folders() if os.path.realpath(f) != here]
+
+
+def find_config(value: str) -> str:
+  """The ``--config`` value with its file found.
+
+  ``value`` is ``PATH`` or ml_collections' ``PATH:ARGUMENT``. A ``PATH`` that is a file
+  (relative to the working directory) is kept. Otherwise ``configs/NAME.py``, ``NAME.py``
+  or ``NAME`` is looked up in :func:`config_folders`, so that the README's
+  ``--config=configs/digits_hyper.py`` also works after ``pip install`` from any
+  directory; the first match's full path replaces ``PATH`` (``:ARGUMENT`` kept). Anything
+  else, or no match, is returned unchanged (the flag parser then reports it:
+  :func:`_config_file_error`).
+  """
+  path, sep, argument = value.partition(":")
+  name = _lookup_name(path)
+  if os.path.isfile(path) or name is None:
+    return value
+  for folder in _other_folders(path):
+    candidate = os.path.join(folder, name)
+    if os.path.isfile(candidate):
+      return candidate + sep + argument
+  return value
 
 
 def _load_config_file(path: str):
@@ -156,13 +218,7 @@ def _config_file_error(args: List[str], check_fields: bool = True) -> Optional[s
     return None
   path = value.split(":", 1)[0]  # ml_collections' "file.py:argument" form.
   if not os.path.isfile(path):
-    folder = os.path.dirname(path) or "."
-    names = sorted(f for f in os.listdir(folder) if f.endswith(".py")) \
-        if os.path.isdir(folder) else []
-    close = difflib.get_close_matches(os.path.basename(path), names, n=1)
-    hint = (f" Did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close
-            else f" Config files in {folder}: {', '.join(names)}." if names else "")
-    return f"--config={value}: no such file.{hint}"
+    return f"--config={value}: {_no_config_file(path)}"
   if not check_fields:
     return None
   try:
@@ -175,6 +231,38 @@ def _config_file_error(args: List[str], check_fields: bool = True) -> Optional[s
       if error:
         return f"{a.split('=', 1)[0]}: {error}"
   return None
+
+
+def _no_config_file(path: str) -> str:
+  """"no such file" for a ``--config`` path, saying where it was looked for
+  (:func:`find_config`) and naming the closest config or, failing one, the configs."""
+  folder = os.path.dirname(path) or "."
+  name = _lookup_name(path)
+  others = _other_folders(path) if name is not None else []
+  # The working directory's own .py files are no configs unless it was named as a folder.
+  local = sorted(f for f in os.listdir(folder) if f.endswith(".py")) \
+      if os.path.isdir(folder) and (os.path.dirname(path) or not others) else []
+  installed: List[str] = []
+  for other in others:
+    installed += [f for f in sorted(os.listdir(other)) if f.endswith(".py")
+                  and f not in installed]
+  names = local + [f for f in installed if f not in local]
+  typed = os.path.basename(path)
+  bare = name is not None and not typed.endswith(".py")  # --config=NAME
+  close = difflib.get_close_matches(typed + ".py" if bare else typed, names, n=1)
+  where = f"Config files in {folder}: {', '.join(local)}." if local else ""
+  if others:
+    listed = "" if close else ": " + ", ".join(f[:-3] for f in installed)
+    where = f", nor {name} in {_either(others)} (hypernet's configs{listed})."
+  elif where:
+    where = ". " + where if not close else "."
+  else:
+    where = "."
+  hint = ""
+  if close:
+    shown = close[0][:-3] if bare else close[0]
+    hint = f" Did you mean {os.path.join(os.path.dirname(path), shown)}?"
+  return f"no such file{where}{hint}"
 
 
 def _field_error(config, dotted: str) -> Optional[str]:
@@ -249,7 +337,9 @@ def parse_flags(argv: List[str]) -> List[str]:
   Returns:
     The remaining (positional) arguments, program name first.
 
-  ``--help`` / ``--helpfull`` print the flags and exit 0. Exits with status 1 and one
+  ``--help`` / ``--helpfull`` print the flags and ``--version`` hypernet's version, and
+  exit 0. ``--config=configs/NAME.py`` not found in the working directory is looked up
+  among the installed configs (:func:`find_config`). Exits with status 1 and one
   line on stderr (``<program>: <what is wrong>``) for an
   unknown flag or config field (with the closest name), a missing or broken config file,
   a bad flag value or a missing required flag.
@@ -258,6 +348,10 @@ def parse_flags(argv: List[str]) -> List[str]:
   program = os.path.basename(argv[0]) if argv else "hypernet"
   if program in ("__main__.py", "-m", "-c"):
     program = "hypernet"
+  if "--version" in argv[1:]:
+    from hypernet import __version__  # pylint: disable=g-import-not-at-top
+    print(f"hypernet {__version__}")
+    sys.exit(0)
   try:
     args = _config_args(argv)
     message = _config_file_error(args, check_fields=False)

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The package as a pip user gets it: builds the wheel, installs it (not editable, with its
+# dependencies) into a venv that is not the dev environment, and from a directory outside
+# the clone runs the README job for a few steps, as `hypernet-train` and as
+# `python -m hypernet.train`, with the README's --config=configs/digits_hyper.py (found
+# among the installed configs).
+#
+#   bash .ci/wheel_check.sh [VENV_DIR]
+#   bash .ci/wheel_check.sh --fresh
+#
+# VENV_DIR defaults to $HYPERNET_VENVS (default ~/.cache/hypernet-venvs)/wheel: a venv of
+# its own, whose requirements pip resolves from the wheel's metadata alone (a dependency
+# used but not declared fails here). A venv left there by an earlier run is reused (pip
+# brings it to the wheel's requirements), so only the first run downloads and installs
+# TensorFlow (about 1.5-2.5 min; later runs about 40 s in all). --fresh: a new venv in a
+# temporary folder that sees the running Python's packages (--system-site-packages), so
+# the requirements are resolved against those, nothing is downloaded, and an undeclared
+# dependency goes unnoticed. WHEEL_CHECK_STEPS (default 20) sets the steps of each run.
+# Prints each phase's wall time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [[ ${1:-} == --fresh ]]; then
+  venv=$tmp/venv
+  python -m venv --system-site-packages "$venv"
+else
+  venv=${1:-${HYPERNET_VENVS:-$HOME/.cache/hypernet-venvs}/wheel}
+fi
+steps=${WHEEL_CHECK_STEPS:-20}
+pip=(python -m pip --disable-pip-version-check)
+phase() { echo "wheel check: $1 ($((SECONDS - start)) s)"; start=$SECONDS; }
+fail() { echo "wheel check: $1" >&2; exit 1; }
+start=$SECONDS
+
+# 1. The wheel, built as pip builds it for a user (an isolated build environment).
+if ! "${pip[@]}" wheel --no-deps -w "$tmp/dist" . > "$tmp/build.log" 2>&1; then
+  tail -n 40 "$tmp/build.log"; fail "pip wheel failed (log above)."
+fi
+wheel=$(ls "$tmp"/dist/hypernet-*.whl)
+python - "$wheel" <<'PY' || fail "the wheel lacks files (above)."
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+need = ["hypernet/__init__.py", "hypernet/train.py", "hypernet/configs/digits_hyper.py",
+        "hypernet/numerics/kernels/norm_relu_pool.cc"]
+missing = [n for n in need if n not in names]
+configs = sum(n.startswith("hypernet/configs/") for n in names)
+print(f"wheel check: {sys.argv[1].rsplit('/', 1)[-1]}: {len(names)} files, {configs} configs")
+sys.exit(f"missing: {missing}" if missing else 0)
+PY
+phase "built the wheel"
+
+# 2. Installed into its own venv: hypernet replaced, its requirements resolved by pip.
+if ! "$venv/bin/python" -c "" 2>/dev/null; then
+  rm -rf "$venv"
+  python -m venv "$venv"
+fi
+vpip=("$venv/bin/python" -m pip --disable-pip-version-check)
+if ! { "${vpip[@]}" uninstall -y hypernet && "${vpip[@]}" install "$wheel"; } \
+    > "$venv/pip-install.log" 2>&1; then
+  tail -n 40 "$venv/pip-install.log"; fail "pip could not install $wheel into $venv (log above)."
+fi
+phase "installed it into $venv"
+
+# 3. The README job from elsewhere: no clone on the path, configs/ not in the directory.
+mkdir "$tmp/elsewhere"
+cd "$tmp/elsewhere"
+unset PYTHONPATH
+"$venv/bin/python" - <<'PY' || fail "the venv does not import the installed wheel (above)."
+import os, sys, hypernet
+print(f"wheel check: hypernet {hypernet.__version__} from {os.path.dirname(hypernet.__file__)}")
+assert hypernet.__file__.startswith(sys.prefix), "not the venv's own install"
+assert os.path.isfile(os.path.join(os.path.dirname(hypernet.__file__), "configs",
+                                   "digits_hyper.py"))
+PY
+for run in hypernet-train "python -m hypernet.train"; do
+  workdir="$tmp/${run// /_}"
+  if [[ $run == hypernet-train ]]; then command=("$venv/bin/hypernet-train")
+  else command=("$venv/bin/python" -m hypernet.train); fi
+  if ! "${command[@]}" --config=configs/digits_hyper.py --workdir="$workdir" \
+      --config.num_steps="$steps" > "$tmp/run.log" 2>&1; then
+    tail -n 40 "$tmp/run.log"; fail "$run failed (log above)."
+  fi
+  [[ -f $workdir/final_metrics.json ]] || fail "$run wrote no $workdir/final_metrics.json."
+  grep "^Done:" "$tmp/run.log"
+  phase "$run --config=configs/digits_hyper.py --config.num_steps=$steps"
+done
+"$venv/bin/hypernet-evaluate" --version
+echo "wheel check: passed in $SECONDS s"
