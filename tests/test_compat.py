@@ -35,7 +35,9 @@ def fresh_canaries(monkeypatch):
   """Runs each canary again after the test's simulation, and once more afterwards with
   the real hooks; the modules' fallback flags are restored."""
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
-           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state"]
+           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state",
+           "normalize", "convolution_op", "own_variables", "pfor_converters",
+           "hparams_config"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -120,6 +122,47 @@ def test_moments_hook_no_longer_reached_raises_one_clear_line(monkeypatch, fresh
   message = str(error.value)
   assert "\n" not in message and "Supported versions" in message
   assert "LayerNormalization f'' 0.940" in message  # Keras' own: 0.9404
+
+
+def _dense_model():
+  inp = keras.Input((3,))
+  model = keras.Model(inp, keras.layers.Dense(2, name="d")(inp))
+  model.get_layer("d").kernel.assign([[1.0, 0.0], [2.0, -1.0], [0.0, 3.0]])
+  model.get_layer("d").bias.assign([0.5, -0.5])
+  return model
+
+
+def _inline_keras_moments(monkeypatch):
+  # A Keras that inlines tf.nn.moments: the replaced _compute_moments is never called.
+  nn = compat.keras_backend("nn", "moments")
+  monkeypatch.setattr(nn, "moments", lambda x, axes, keepdims=False, synchronized=False:
+                      tf.nn.moments(x, axes, keepdims=keepdims))
+
+
+def test_failed_moments_canary_blocks_only_second_order(monkeypatch, fresh_canaries, caplog):
+  _inline_keras_moments(monkeypatch)
+  model = _dense_model()
+  x = tf.constant([[1.0, 2.0, 3.0]])
+  kernel = tf.constant([[1.0, 0.0], [2.0, -1.0], [0.0, 3.0]])
+  with caplog.at_level(logging.WARNING):
+    with tf.GradientTape() as tape:
+      tape.watch(kernel)
+      y = functional.functional_call(model, {"d/kernel": kernel}, x)
+      loss = tf.reduce_sum(y * tf.constant([[1.0, 2.0]]))
+    grad = tape.gradient(loss, kernel)
+    functional.functional_call(model, None, x)  # again: no second warning
+  np.testing.assert_allclose(y.numpy(), [[5.5, 6.5]])
+  np.testing.assert_allclose(grad.numpy(), [[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+  assert caplog.text.count("First-order training is unaffected") == 1
+  assert "Supported versions" not in caplog.text
+  # A second-order learner refuses at construction, in one line; first order is built.
+  mse = lambda y, p: tf.reduce_mean(tf.square(y - p))
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    inner_loop.MAML(model, mse)
+  message = str(error.value)
+  assert "\n" not in message and message.startswith("Second-order MAML needs exact second")
+  assert "LayerNormalization f'' 0.940" in message and "first_order=True" in message
+  inner_loop.MAML(model, mse, first_order=True)
 
 
 def test_wrong_tape_query_falls_back_to_exact_moments(monkeypatch, fresh_canaries, caplog):
@@ -211,7 +254,7 @@ def test_instance_call_ignored_raises_for_overrides(monkeypatch, fresh_canaries)
                                overrides={"d": lambda h: h + 1.0})
 
 
-def test_optimizer_summing_elsewhere_raises(monkeypatch, fresh_canaries):
+def _keras_sums_elsewhere(monkeypatch):
   # A Keras that sums over replicas without _all_reduce_sum_gradients: switching that
   # method off would leave the sum in place, and the step would sum twice (x replicas).
   from keras.src.backend.tensorflow import optimizer as tf_optimizer  # pylint: disable=g-import-not-at-top
@@ -223,8 +266,22 @@ def test_optimizer_summing_elsewhere_raises(monkeypatch, fresh_canaries):
         list(zip(grads, variables)), learning_rate)
 
   monkeypatch.setattr(tf_optimizer.TFOptimizer, "_backend_update_step", update_step)
-  with pytest.raises(compat.UnsupportedVersionError, match="would sum twice"):
+
+
+def test_optimizer_summing_elsewhere_refuses_only_several_replicas(monkeypatch, fresh_canaries):
+  _keras_sums_elsewhere(monkeypatch)
+  # One device: Keras' own sum over one replica is the gradient itself; training runs.
+  optimizer = distribute.apply_reduced_gradients(keras.optimizers.SGD(0.1), 1)
+  v = keras.Variable([1.0, 2.0])
+  optimizer.apply([tf.constant([1.0, -3.0])], [v])
+  np.testing.assert_allclose(v.numpy(), [0.9, 2.3], rtol=1e-6)
+  assert compat.canary_report()["optimizer_sum"] is not None
+  # Two replicas (two logical CPUs, tests/conftest.py): refused, in one line.
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope(), pytest.raises(compat.UnsupportedVersionError) as error:
     distribute.apply_reduced_gradients(keras.optimizers.SGD(0.1))
+  message = str(error.value)
+  assert "\n" not in message and "would sum twice over 2 replicas" in message
 
 
 def test_missing_record_query_warns_that_the_guard_is_off(monkeypatch, fresh_canaries, caplog):
