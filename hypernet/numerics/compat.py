@@ -340,11 +340,10 @@ def install_dispatcher(owner, name: str, dispatcher: Callable,
     return current
 
 
-def normalize_hook(dispatcher: Callable) -> Optional[Callable]:
+def normalize_hook(dispatcher: Callable) -> Callable:
   """Puts ``dispatcher`` in place of the private ``_normalize`` that ``keras.ops.normalize``
   (``UnitNormalization``) calls by name in its own module, once per process; returns
-  Keras' original, or ``None`` when that Keras computes the norm without it (nothing
-  installed: Keras' own code, as shipped).
+  Keras' original.
 
   Private: ``keras.src.ops.nn._normalize``, parameters ``(x, axis, order, epsilon)``
   (checked before installing: a new parameter would make every ``keras.ops.normalize``
@@ -352,11 +351,10 @@ def normalize_hook(dispatcher: Callable) -> Optional[Callable]:
   ``"normalize"`` (the dispatcher is reached and keeps Keras' values).
 
   Raises:
-    UnsupportedVersionError: the parameters differ (nothing is installed).
+    UnsupportedVersionError: ``keras.ops.normalize``'s module has no ``_normalize``, or
+      its parameters differ (nothing is installed).
   """
   module = defining_module(keras.ops.normalize)  # keras.ops' own module
-  if getattr(module, "_normalize", None) is None:  # pylint: disable=protected-access
-    return None
   return install_dispatcher(module, "_normalize", dispatcher,
                             ["x", "axis", "order", "epsilon"])
 

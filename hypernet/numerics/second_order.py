@@ -169,12 +169,13 @@ def _install() -> Optional[str]:
   """
   global _original_compute_moments, _original_normalize, _moments_module
   try:
-    if _moments_module is None:
+    module = _moments_module
+    if module is None:
       nn = compat.keras_backend("nn", "moments")
-      _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
+      module = compat.defining_module(nn.moments)  # moments calls it by name
     original = compat.install_dispatcher(
-        _moments_module, "_compute_moments", _dispatching_compute_moments,
-        ["x", "axes", "keepdims"])
+        module, "_compute_moments", _dispatching_compute_moments, ["x", "axes", "keepdims"])
+    _moments_module = module  # (kept once installed: a simulation's module is not)
     if _original_compute_moments is None:
       _original_compute_moments = original
   except compat.UnsupportedVersionError as e:
@@ -280,40 +281,44 @@ def safe_normalize(x, axis=-1, order=2, epsilon=None) -> tf.Tensor:
 
 def _normalize_canary() -> Optional[str]:
   """``keras.ops.normalize`` of ``[[3, 4], [0, 0]]`` (float64) inside the scope: Keras'
-  values ``[[0.6, 0.8], [0, 0]]`` and a finite first derivative at the zero vector
-  (Keras' own gives NaN there: the dispatcher is not reached)."""
+  values ``[[0.6, 0.8], [0, 0]]`` and a finite second derivative at the zero vector
+  (Keras' own gives NaN there: then the dispatcher is not reached)."""
   x = tf.constant([[3.0, 4.0], [0.0, 0.0]], tf.float64)
-  with tf.GradientTape() as tape:
-    tape.watch(x)
-    with _exact():
-      y = keras.ops.normalize(x)
-    f = tf.reduce_sum(y * tf.constant([[0.3, -1.2], [0.7, 0.5]], tf.float64))
-  g = tape.gradient(f, x).numpy()
+  c = tf.constant([[0.3, -1.2], [0.7, 0.5]], tf.float64)
+  with tf.GradientTape() as t2:
+    t2.watch(x)
+    with tf.GradientTape() as t1:
+      t1.watch(x)
+      with _exact():
+        y = keras.ops.normalize(x)
+      f = tf.reduce_sum(y * c)
+    h = tf.reduce_sum(t1.gradient(f, x) * c)
+  hv = t2.gradient(h, x).numpy()
   if not np.allclose(y.numpy(), [[0.6, 0.8], [0.0, 0.0]], atol=1e-12):
     return f"keras.ops.normalize gives {y.numpy().tolist()}, not [[0.6, 0.8], [0, 0]]"
-  if not np.all(np.isfinite(g)):
-    return "keras.ops.normalize no longer reaches its _normalize (NaN derivative at 0)"
+  if not np.all(np.isfinite(hv)):
+    return ("keras.ops.normalize no longer reaches its _normalize (NaN second derivative "
+            "at 0)")
   return None
 
 
 def _install_normalize() -> None:
   """The ``keras.ops.normalize`` hook (:func:`.compat.normalize_hook`) and its canary; on
-  failure Keras' own normalize runs (one warning: NaN derivatives at all-zero vectors)."""
+  failure Keras' own normalize runs (one warning: NaN second derivatives at all-zero
+  vectors)."""
   global _original_normalize
   try:
     original = compat.normalize_hook(_dispatching_normalize)
   except compat.UnsupportedVersionError as e:
     reason = e.detail
   else:
-    if original is None:
-      return  # Keras computes it without _normalize: its own code, as shipped
     if _original_normalize is None:
       _original_normalize = original
     reason = compat.run_canary("normalize", _normalize_canary)
   if reason is not None:
     compat.warn_once("normalize", "keras.ops.normalize keeps Keras %s's own code in "
-                     "functional calls (%s): UnitNormalization's derivatives are NaN at an "
-                     "all-zero vector; elsewhere the same values.", keras.__version__, reason)
+                     "functional calls (%s): UnitNormalization's second derivatives are NaN "
+                     "at an all-zero vector; elsewhere the same values.", keras.__version__, reason)
 
 
 def _dispatching_normalize(x, axis=-1, order=2, epsilon=None):
