@@ -526,9 +526,15 @@ def pfor_create_op(op_type: str, inputs, dtypes, attrs):
 # Keras layer internals.
 # ---------------------------------------------------------------------------------------
 
+def instance_attributes(layer) -> dict:
+  """``{name: value}`` of the attributes set on the instance ``layer`` (``vars``: Keras
+  keeps tracked variables and sublayers there under the names the layer gave them)."""
+  return dict(vars(layer))
+
+
 def _public_sublayers(layer) -> list:
   found = []
-  for value in vars(layer).values():
+  for value in instance_attributes(layer).values():
     items = value if isinstance(value, (list, tuple)) else (
         value.values() if isinstance(value, dict) else (value,))
     for item in items:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from typing import Iterator, List, Optional, Tuple
 
 import keras
@@ -23,6 +24,7 @@ _tapes_visible = compat.Switch("hypernet.numerics.second_order.all_tapes_visible
 _original_compute_moments = None
 _original_normalize = None
 _moments_module = None
+_thread = threading.local()  # reason: why moments are not exact, at this thread's last _install
 
 
 def _first_order_only(x) -> bool:
@@ -189,6 +191,7 @@ def _install() -> Optional[str]:
         f"Keras {keras.__version__}'s normalisation layers no longer compute their moments "
         f"where hypernet makes second derivatives exact ({failed})")
   _install_normalize()
+  _thread.reason = reason
   if reason is not None:
     compat.warn_once("moments", "%s. First-order training is unaffected (same values); "
                      "second-order learners, and second derivatives through normalisation "
@@ -220,15 +223,15 @@ _MOMENTS_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalizat
 
 
 def check_outputs_differentiable_once(model: keras.layers.Layer, outputs) -> None:
-  """Raises when exact moments are unavailable (:func:`_install`), ``model`` has a
+  """Raises when exact moments are unavailable (found by :func:`_install` as the call
+  entered :func:`exact_moments_scope`), ``model`` has a
   normalisation layer, and the active tapes can differentiate ``outputs`` twice (nested
   tapes, a forward accumulator): the second derivative would silently lose a term.
 
   Raises:
     UnsupportedVersionError: as :func:`require_exact_moments`.
   """
-  reason = _install()
-  if reason is None:
+  if getattr(_thread, "reason", None) is None:  # (what this thread's _install found)
     return
   query = compat.possible_gradient_types()
   tensors = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
