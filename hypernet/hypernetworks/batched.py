@@ -288,6 +288,9 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
       form (transposed or 3-D convolutions; for im2col also Conv1D, grouped ones,
       causal padding and separable convolutions); the message names the layer.
     ValueError: an unknown ``conv``.
+    hypernet.numerics.compat.UnsupportedVersionError: ``conv="im2col"`` on a Keras whose
+      convolution layers ignore an instance-level ``convolution_op``
+      (:func:`hypernet.numerics.compat.check_instance_convolution_op`).
   """
   if conv not in ("grouped", "im2col"):
     raise ValueError(f"conv={conv!r}; use 'grouped' or 'im2col'.")

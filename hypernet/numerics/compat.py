@@ -133,10 +133,9 @@ def keras_backend(name: str, function: str):
       continue
     if callable(getattr(module, function, None)):
       return module
-  raise UnsupportedVersionError(
+  raise unsupported(
       f"Keras {keras.__version__} has no TensorFlow backend function {name}.{function} "
-      f"(looked in {', '.join(p.format(name) for p in _BACKEND_PATHS)}); install a Keras "
-      "version hypernet supports (README, 'Supported versions').")
+      f"(looked in {', '.join(p.format(name) for p in _BACKEND_PATHS)})")
 
 
 def defining_module(fn):
@@ -149,9 +148,7 @@ def defining_module(fn):
   for candidate in list(sys.modules.values()):  # registered under another name
     if candidate is not None and getattr(candidate, "__dict__", None) is namespace:
       return candidate
-  raise UnsupportedVersionError(
-      f"Keras {keras.__version__}: cannot find the module of {fn!r}; install a Keras "
-      "version hypernet supports (README, 'Supported versions').")
+  raise unsupported(f"Keras {keras.__version__}: cannot find the module of {fn!r}")
 
 
 # ---------------------------------------------------------------------------------------
