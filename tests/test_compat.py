@@ -35,7 +35,9 @@ def fresh_canaries(monkeypatch):
   """Runs each canary again after the test's simulation, and once more afterwards with
   the real hooks; the modules' fallback flags are restored."""
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
-           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state"]
+           "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state",
+           "normalize", "convolution_op", "own_variables", "pfor_converters",
+           "hparams_config"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -112,7 +114,27 @@ def test_all_canaries_pass_on_this_install():
 def test_moments_hook_no_longer_reached_raises_one_clear_line(monkeypatch, fresh_canaries):
   # A Keras that inlines tf.nn.moments: the replaced _compute_moments is never called,
   # and second derivatives through LayerNorm would be Keras' own (0.9404), silently.
-  # (Written out: TensorFlow >= 2.22's own tf.nn.moments keeps that gradient.)
+  _inline_keras_moments(monkeypatch)
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    _ln_second_derivative(_ln_model())
+  message = str(error.value)
+  assert "\n" not in message and "Supported versions" in message
+  assert "LayerNormalization f'' 0.940" in message  # Keras' own: 0.9404
+
+
+def _dense_model():
+  inp = keras.Input((3,))
+  model = keras.Model(inp, keras.layers.Dense(2, name="d")(inp))
+  model.get_layer("d").kernel.assign([[1.0, 0.0], [2.0, -1.0], [0.0, 3.0]])
+  model.get_layer("d").bias.assign([0.5, -0.5])
+  return model
+
+
+def _inline_keras_moments(monkeypatch):
+  # A Keras that inlines tf.nn.moments: the replaced _compute_moments is never called.
+  second_order._install()  # pylint: disable=protected-access  (the hook in place first)
+  # Its stop-gradient through the mean written out: TensorFlow >= 2.22's own
+  # tf.nn.moments keeps that gradient (a Keras inlining it there would be exact).
   def inlined(x, axes, keepdims=False, synchronized=False):
     del synchronized
     mean = tf.reduce_mean(x, axes, keepdims=True)
@@ -123,11 +145,42 @@ def test_moments_hook_no_longer_reached_raises_one_clear_line(monkeypatch, fresh
   # Defined as if in Keras' own module (hypernet looks for _compute_moments beside it).
   inlined = types.FunctionType(inlined.__code__, vars(nn), "moments", inlined.__defaults__)
   monkeypatch.setattr(nn, "moments", inlined)
+  compat.reset_canary("moments")
+
+
+def test_failed_moments_canary_blocks_only_second_order(monkeypatch, fresh_canaries, caplog):
+  _inline_keras_moments(monkeypatch)
+  model = _dense_model()
+  x = tf.constant([[1.0, 2.0, 3.0]])
+  kernel = tf.constant([[1.0, 0.0], [2.0, -1.0], [0.0, 3.0]])
+  with caplog.at_level(logging.WARNING):
+    with tf.GradientTape() as tape:
+      tape.watch(kernel)
+      y = functional.functional_call(model, {"d/kernel": kernel}, x)
+      loss = tf.reduce_sum(y * tf.constant([[1.0, 2.0]]))
+    grad = tape.gradient(loss, kernel)
+    functional.functional_call(model, None, x)  # again: no second warning
+  np.testing.assert_allclose(y.numpy(), [[5.5, 6.5]])
+  np.testing.assert_allclose(grad.numpy(), [[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+  assert caplog.text.count("First-order training is unaffected") == 1
+  assert "Supported versions" not in caplog.text
+  # Nested tapes through a model without a normalisation layer: nothing to refuse.
+  with tf.GradientTape() as outer:
+    outer.watch(kernel)
+    with tf.GradientTape() as inner:
+      inner.watch(kernel)
+      f2 = tf.reduce_sum(tf.square(functional.functional_call(model, {"d/kernel": kernel}, x)))
+    g = tf.reduce_sum(inner.gradient(f2, kernel))
+  np.testing.assert_allclose(outer.gradient(g, kernel).numpy(),
+                             [[12.0, 12.0], [24.0, 24.0], [36.0, 36.0]])
+  # A second-order learner refuses at construction, in one line; first order is built.
+  mse = lambda y, p: tf.reduce_mean(tf.square(y - p))
   with pytest.raises(compat.UnsupportedVersionError) as error:
-    _ln_second_derivative(_ln_model())
+    inner_loop.MAML(model, mse)
   message = str(error.value)
-  assert "\n" not in message and "Supported versions" in message
-  assert "LayerNormalization f'' 0.940" in message  # Keras' own: 0.9404
+  assert "\n" not in message and message.startswith("Second-order MAML needs exact second")
+  assert "LayerNormalization f'' 0.940" in message and "first_order=True" in message
+  inner_loop.MAML(model, mse, first_order=True)
 
 
 def test_wrong_tape_query_falls_back_to_exact_moments(monkeypatch, fresh_canaries, caplog):
@@ -219,7 +272,7 @@ def test_instance_call_ignored_raises_for_overrides(monkeypatch, fresh_canaries)
                                overrides={"d": lambda h: h + 1.0})
 
 
-def test_optimizer_summing_elsewhere_raises(monkeypatch, fresh_canaries):
+def _keras_sums_elsewhere(monkeypatch):
   # A Keras that sums over replicas without _all_reduce_sum_gradients: switching that
   # method off would leave the sum in place, and the step would sum twice (x replicas).
   from keras.src.backend.tensorflow import optimizer as tf_optimizer  # pylint: disable=g-import-not-at-top
@@ -231,8 +284,22 @@ def test_optimizer_summing_elsewhere_raises(monkeypatch, fresh_canaries):
         list(zip(grads, variables)), learning_rate)
 
   monkeypatch.setattr(tf_optimizer.TFOptimizer, "_backend_update_step", update_step)
-  with pytest.raises(compat.UnsupportedVersionError, match="would sum twice"):
+
+
+def test_optimizer_summing_elsewhere_refuses_only_several_replicas(monkeypatch, fresh_canaries):
+  _keras_sums_elsewhere(monkeypatch)
+  # One device: Keras' own sum over one replica is the gradient itself; training runs.
+  optimizer = distribute.apply_reduced_gradients(keras.optimizers.SGD(0.1), 1)
+  v = keras.Variable([1.0, 2.0])
+  optimizer.apply([tf.constant([1.0, -3.0])], [v])
+  np.testing.assert_allclose(v.numpy(), [0.9, 2.3], rtol=1e-6)
+  assert compat.canary_report()["optimizer_sum"] is not None
+  # Two replicas (two logical CPUs, tests/conftest.py): refused, in one line.
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope(), pytest.raises(compat.UnsupportedVersionError) as error:
     distribute.apply_reduced_gradients(keras.optimizers.SGD(0.1))
+  message = str(error.value)
+  assert "\n" not in message and "would sum twice over 2 replicas" in message
 
 
 def test_missing_record_query_warns_that_the_guard_is_off(monkeypatch, fresh_canaries, caplog):
@@ -276,6 +343,172 @@ def test_seed_state_layout_change_raises_under_replicas(monkeypatch, fresh_canar
   monkeypatch.setattr(keras.random.SeedGenerator, "__init__", renamed)
   with pytest.raises(compat.UnsupportedVersionError, match="same dropout masks"):
     compat.check_seed_state()
+
+
+def test_speed_only_fallbacks_warn_calmly(monkeypatch, fresh_canaries, caplog):
+  # BatchNormalization.call / MaxPooling2D.call / the backend add gain a parameter: the
+  # fused paths are off, and the warnings say that only speed is lost.
+  from hypernet.numerics import norm_relu_pool  # pylint: disable=g-import-not-at-top
+
+  def changed(owner, name, dispatcher, parameters=None):
+    raise compat.unsupported(f"Keras {keras.__version__}'s {name} takes (self, inputs, "
+                             "extra), not (self, inputs) as hypernet expects")
+
+  monkeypatch.setattr(compat, "install_dispatcher", changed)
+  monkeypatch.setattr(norm_relu_pool, "_unavailable", None)
+  with caplog.at_level(logging.WARNING):
+    assert not fused_norm._install()  # pylint: disable=protected-access
+    norm_relu_pool._install()  # pylint: disable=protected-access
+    plain_bias._install()  # pylint: disable=protected-access
+  assert caplog.text.count("only speed is affected") == 3
+  assert "Supported versions" not in caplog.text and "install a Keras" not in caplog.text
+
+
+def test_dispatcher_names_a_module_owner_without_a_leading_dot():
+  module = types.ModuleType("keras_like.ops")
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    compat.install_dispatcher(module, "_missing", lambda: None)
+  assert " has no keras_like.ops._missing, which" in str(error.value)
+  assert error.value.detail.endswith("which hypernet replaces inside its calls")
+
+
+def test_normalize_hook_parameter_change_is_not_installed():
+  # A Keras whose _normalize gains a parameter: installing would make every
+  # keras.ops.normalize call of the process fail with a TypeError.
+  module = types.ModuleType("keras_like.nn")
+  def _normalize(x, axis=-1, order=2, epsilon=None, new=None):
+    return x
+  module._normalize = _normalize
+  module.normalize = lambda x: _normalize(x)
+  module.normalize.__module__ = "keras_like.nn"
+  original = compat.defining_module
+  try:
+    compat.defining_module = lambda fn: module
+    with pytest.raises(compat.UnsupportedVersionError, match=r"takes \(x, axis, order, "
+                       r"epsilon, new\), not \(x, axis, order, epsilon\)"):
+      compat.normalize_hook(lambda x, axis=-1, order=2, epsilon=None: x)
+  finally:
+    compat.defining_module = original
+  assert module._normalize is _normalize
+
+
+def test_normalize_hook_no_longer_reached_warns_and_keeps_keras_normalize(
+    monkeypatch, fresh_canaries, caplog):
+  # A Keras whose keras.ops.normalize computes the norm inline (not through _normalize):
+  # UnitNormalization keeps Keras' own derivatives, with one warning saying what.
+  second_order._install()  # pylint: disable=protected-access
+  real = second_order._original_normalize  # pylint: disable=protected-access
+  monkeypatch.setattr(keras.ops, "normalize", lambda x, axis=-1, order=2, epsilon=None:
+                      real(x, axis=axis, order=order, epsilon=epsilon))
+  compat.reset_canary("normalize")
+  inp = keras.Input((2,))
+  dense = keras.layers.Dense(2, use_bias=False, kernel_initializer="identity")
+  model = keras.Model(inp, keras.layers.UnitNormalization()(dense(inp)))
+  with caplog.at_level(logging.WARNING):
+    y = functional.functional_call(model, None, tf.constant([[3.0, 4.0]]))
+  np.testing.assert_allclose(y.numpy(), [[0.6, 0.8]], rtol=1e-6)
+  assert "keras.ops.normalize keeps Keras" in caplog.text and "NaN" in caplog.text
+  assert "has no test_compat._normalize" in caplog.text
+  # Where the module still has a _normalize that nothing calls, the canary says so.
+  assert "no longer reaches its _normalize" in second_order._normalize_canary()  # pylint: disable=protected-access
+
+
+def test_layer_of_op_does_not_need_keras_private_flatten_layers(monkeypatch):
+  inner = keras.Sequential([keras.layers.Dense(2, name="head")], name="block")
+  inp = keras.Input((3,))
+  model = keras.Model(inp, inner(keras.layers.Dense(3, name="stem")(inp)), name="net")
+  def gone(*args, **kwargs):
+    raise AttributeError("_flatten_layers")
+  monkeypatch.setattr(keras.layers.Layer, "_flatten_layers", gone)
+  assert second_order.layer_of_op(model, "net/block/head/MatMul") == "block/head"
+  assert second_order.layer_of_op(model, "net/stem_1/Add") == "stem"
+  assert second_order.layer_of_op(model, "other/MatMul") == ""
+
+
+def test_convolution_op_ignored_refuses_im2col_in_one_line(monkeypatch, fresh_canaries):
+  # A Keras whose Conv2D calls the class's convolution_op: im2col would do nothing.
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  inp = keras.Input((4, 4, 1))
+  model = keras.Model(inp, keras.layers.Conv2D(2, 3, name="c")(inp))
+  real = keras.layers.Conv2D.call
+  monkeypatch.setattr(keras.layers.Conv2D, "call", lambda self, inputs: keras.ops.add(
+      type(self).convolution_op(self, inputs, self.kernel), self.bias))
+  del real
+  weights = {"c/kernel": tf.ones([2, 3, 3, 1, 2])}
+  with pytest.raises(compat.UnsupportedVersionError) as error:
+    batched.batched_functional_call(model, weights, tf.ones([1, 4, 4, 1]), shared_inputs=True,
+                                    conv="im2col")
+  message = str(error.value)
+  assert "\n" not in message and "parallel='map_fn'" in message
+  assert "gives 0.0, not 5.0" in compat.canary_report()["convolution_op"] or \
+      "not 5.0" in compat.canary_report()["convolution_op"]
+
+
+def test_pfor_converter_change_falls_back_to_im2col(monkeypatch, fresh_canaries, caplog):
+  # A TensorFlow whose pfor _create_op builds something else: batched kernels would be
+  # convolved wrongly; the canary compares with a loop and im2col takes over.
+  from hypernet.hypernetworks import batched  # pylint: disable=g-import-not-at-top
+  real = compat.pfor_create_op
+  monkeypatch.setattr(compat, "pfor_create_op", lambda op_type, inputs, dtypes, attrs: real(
+      op_type, [inputs[0], inputs[1] * 2.0], dtypes, attrs))
+  monkeypatch.setattr(batched, "_PROBED", {})
+  with caplog.at_level(logging.WARNING):
+    assert not batched.grouped_conv_available(tf.float32)
+  assert compat.canary_report()["pfor_converters"] == \
+      "Conv2D batched over kernels differs from a loop"
+  assert "batch by im2col (only speed is affected)" in caplog.text
+
+
+def test_own_variables_through_keras_public_save(monkeypatch, fresh_canaries):
+  layer = compat._OwnVariableCanaryLayer()  # pylint: disable=protected-access
+  layer.build((1, 2))
+  want = list(layer._trainable_variables) + list(layer._non_trainable_variables)  # pylint: disable=protected-access
+  assert [id(v) for v in compat.own_variables(layer)] == [id(v) for v in want]
+  # A Keras that saves copies: hypernet's models could not be reloaded; one line.
+  real = keras.layers.Layer.save_own_variables
+  def copies(self, store):
+    real(self, store)
+    for key in list(store.keys()):
+      store[key] = np.asarray(store[key])
+  monkeypatch.setattr(keras.layers.Layer, "save_own_variables", copies)
+  compat.reset_canary("own_variables")
+  with pytest.raises(compat.UnsupportedVersionError, match="cannot be saved or loaded"):
+    compat.own_variables(layer)
+
+
+def test_seed_states_not_saved_when_keras_changes_their_layout(monkeypatch, fresh_canaries,
+                                                              caplog):
+  keras.utils.set_random_seed(0)
+  inp = keras.Input((3,))
+  model = keras.Model(inp, keras.layers.Dropout(0.5, seed=3)(inp))
+  assert [v.path.rsplit("/", 1)[-1] for v in compat.seed_states(model)] == \
+      ["seed_generator_state"]
+  real = keras.random.SeedGenerator.__init__
+  def renamed(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    self.state.assign(tf.reverse(self.state, [0]))  # [counter, seed]
+  monkeypatch.setattr(keras.random.SeedGenerator, "__init__", renamed)
+  compat.reset_canary("seed_state")
+  with caplog.at_level(logging.WARNING):
+    assert compat.seed_states(model) == []
+  assert "dropout streams, which restart when reloaded" in caplog.text
+
+
+def test_hparams_config_marks_key_fields_or_falls_back(monkeypatch, fresh_canaries, caplog):
+  from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
+  hp = compat.hparams_api()
+  read = lambda pb: [(i.name, i.differs) for i in plugin_data_pb2.HParamsPluginData.FromString(
+      pb.value[0].metadata.plugin_data.content).experiment.hparam_infos]
+  args = ([hp.HParam("lr"), hp.HParam("seed")], [hp.Metric("accuracy")])
+  assert read(compat.hparams_config_summary(*args, first=["lr"])) == [
+      ("lr", True), ("seed", False)]
+  # A TensorBoard without the plugin-data proto: the table unmarked, one warning.
+  monkeypatch.setattr(compat, "_hparams_plugin_data", lambda: None)
+  compat.reset_canary("hparams_config")
+  with caplog.at_level(logging.WARNING):
+    pb = compat.hparams_config_summary(*args, first=["lr"])
+  assert read(pb) == [("lr", False), ("seed", False)]
+  assert "cannot mark the key hyperparameters" in caplog.text
 
 
 # --- public names instead of private ones --------------------------------------------

@@ -171,7 +171,7 @@ def _replica_seed(path: str, variable):
   across replicas; replica 0 (and any single-device call) keeps ``[s, c]`` unchanged.
   Other variables are returned as they are.
   """
-  if not path.endswith("seed_generator_state"):
+  if not compat.is_seed_state_path(path):
     return variable
   ctx = tf.distribute.get_replica_context()
   if ctx is None or ctx.num_replicas_in_sync == 1:
@@ -271,6 +271,10 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
     TypeError: ``weights`` / ``state`` is not a dict; a value is not one tensor (e.g. a
       list of variables); a tensor's dtype differs from the variable's; a constraint
       changes a weight's shape or dtype.
+    hypernet.numerics.compat.UnsupportedVersionError: this Keras' normalisation moments
+      cannot be made exact (its canary failed: one warning at first use) and nested
+      tapes record a model with a normalisation layer (a second derivative would lose a
+      term); first-order calls run on.
   """
   _check_built(model)
   _check_mapping("weights", weights)
@@ -307,6 +311,7 @@ def functional_call(model: keras.Model, weights: Optional[Weights], *args,
       accel.scope(accelerate):
     result = model.stateless_call(tv, ntv, *args, return_losses=return_losses, **kwargs)
   outputs, new_ntv = result[0], result[1]
+  second_order.check_outputs_differentiable_once(model, outputs)
   out = (outputs,)
   if return_state:
     out += (dict(zip(non_trainable.keys(), new_ntv)),)

@@ -299,8 +299,7 @@ def _install(layer) -> None:
     if entry is not None:
       entry[3] += 1
       return
-    had_own = "call" in vars(layer)
-    previous = vars(layer).get("call")
+    had_own, previous = compat.instance_attribute(layer, "call")
 
     @functools.wraps(layer.call)
     def call_with_overrides(*args, **kwargs):
@@ -312,9 +311,9 @@ def _install(layer) -> None:
         outputs = _apply_override(layer, fn, outputs)
       return outputs
 
-    # object.__setattr__ bypasses Keras' attribute tracking: nothing about the layer but
-    # this one instance attribute changes, and _uninstall removes it again.
-    object.__setattr__(layer, "call", call_with_overrides)
+    # Past Keras' attribute tracking: nothing about the layer but this one instance
+    # attribute changes, and _uninstall removes it again.
+    compat.set_instance_attribute(layer, "call", call_with_overrides)
     _INSTALLED[id(layer)] = [layer, had_own, previous, 1]
 
 
@@ -327,9 +326,9 @@ def _uninstall(layer) -> None:
     del _INSTALLED[id(layer)]
     _, had_own, previous, _ = entry
     if had_own:
-      object.__setattr__(layer, "call", previous)
+      compat.set_instance_attribute(layer, "call", previous)
     else:
-      object.__delattr__(layer, "call")
+      compat.delete_instance_attribute(layer, "call")
 
 
 @contextlib.contextmanager

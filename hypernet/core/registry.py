@@ -55,6 +55,8 @@ class Registry:
     own: how a user names their own entry, for messages.
   """
 
+  _declared = None  # {name: declared config fields}, read once (declared_fields)
+
   def __init__(self, family: str, field: str, package: str, base: Optional[str] = None,
                own: str = "your own class as 'package.module:Class'"):
     self.family, self.field, self.package, self.base = family, field, package, base
@@ -208,7 +210,7 @@ class Registry:
       ValueError: a config argument whose default is not a literal (names the class and
         the argument; give it a literal default or list it in ``config_exclude``).
     """
-    if not hasattr(self, "_declared"):
+    if self._declared is None:
       defs, registered = _package_defs(self.package)
       self._declared = {name: _declared_fields(node, {**defs, **own})
                         for name, (node, own) in sorted(registered.items())}

@@ -132,7 +132,7 @@ def _owners(layers):
   parents)."""
   owners = {}
   for layer in layers:
-    for attr, value in vars(layer).items():
+    for attr, value in compat.instance_attributes(layer).items():
       if isinstance(value, keras.Variable):
         owners[id(value)] = (layer, attr)
     for attr in _ROLE_ATTRS:

@@ -62,8 +62,6 @@ def _grouped_conv2d_converter(original):
   ``[S, kh, kw, cin, cout]``) becomes one grouped convolution with ``S`` groups (input
   ``[B, H, W, S cin]``, filter ``[kh, kw, cin, S cout]``); loop-invariant filters go to
   the original converter. Extends ``pfor`` through its documented converter registry."""
-  pfor_lib = compat.pfor_module()
-
   def convert(pfor_input):
     x_in, k_in = pfor_input.input(0), pfor_input.input(1)
     if not k_in.is_stacked or pfor_input.get_attr("data_format") != b"NHWC":
@@ -78,12 +76,12 @@ def _grouped_conv2d_converter(original):
                      tf.stack([shape[1], shape[2], shape[3], shape[0] * shape[4]]))
     else:                                                          # [B, H, W, cin]
       x = tf.tile(x_in.t, tf.stack([1, 1, 1, pfor_input.pfor.loop_len_vector[0]]))
-    y = pfor_lib._create_op(  # pylint: disable=protected-access
+    y = compat.pfor_create_op(
         "Conv2D", [x, k], [t.dtype for t in pfor_input.outputs],
-        attrs=pfor_input.op.node_def.attr).outputs[0]             # [B, H', W', S cout]
+        pfor_input.op.node_def.attr).outputs[0]                   # [B, H', W', S cout]
     ys = tf.shape(y)
     y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], -1, cout]))
-    return [pfor_lib.wrap(tf.transpose(y, [3, 0, 1, 2, 4]), True)]
+    return [compat.pfor_module().wrap(tf.transpose(y, [3, 0, 1, 2, 4]), True)]
 
   return convert
 
@@ -108,8 +106,7 @@ _PATCHED: Dict[str, list] = {}  # op type -> [active contexts, original converte
 def _patched_converters(factories) -> Iterator[None]:
   """Installs ``{op_type: factory(original) -> converter}`` in pfor's converter registry
   for the duration of the context (reference counted, thread safe)."""
-  pfor_lib = compat.pfor_module()
-  registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
+  registry = compat.pfor_converter_registry()
   with _LOCK:
     for op_type, factory in factories.items():
       entry = _PATCHED.setdefault(op_type, [0, None])
@@ -131,13 +128,42 @@ def _patched_converters(factories) -> Iterator[None]:
 _PROBED: Dict[str, bool] = {}
 
 
+def _pfor_canary():
+  """Two 2x2 kernels ``[2, 2, 2, 1, 2]`` on one ``[1, 3, 3, 1]`` input through
+  ``tf.vectorized_map`` with the patched converters (a grouped convolution), against a
+  loop of ``tf.nn.conv2d``; and a shared depthwise kernel through the stacking one."""
+  x = tf.reshape(tf.range(9, dtype=tf.float32), [1, 3, 3, 1])
+  k = tf.reshape(tf.range(16, dtype=tf.float32) - 7.0, [2, 2, 2, 1, 2])
+  dk = tf.ones([2, 2, 1, 1])
+  want = tf.stack([tf.nn.conv2d(x, k[i], 1, "VALID") for i in range(2)])
+  want_d = tf.stack([tf.nn.depthwise_conv2d(x * (i + 1.0), dk, [1, 1, 1, 1], "VALID")
+                     for i in range(2)])
+  with _patched_converters({"Conv2D": _grouped_conv2d_converter,
+                            "DepthwiseConv2dNative": _stacking_converter}):
+    got = tf.vectorized_map(lambda kk: tf.nn.conv2d(x, kk, 1, "VALID"), k,
+                            fallback_to_while_loop=False)
+    got_d = tf.vectorized_map(
+        lambda s: tf.nn.depthwise_conv2d(x * s, dk, [1, 1, 1, 1], "VALID"),
+        tf.constant([1.0, 2.0]), fallback_to_while_loop=False)
+  for name, a, b in (("Conv2D", got, want), ("DepthwiseConv2dNative", got_d, want_d)):
+    if tuple(a.shape) != tuple(b.shape) or float(tf.reduce_max(tf.abs(a - b))) > 1e-4:
+      return f"{name} batched over kernels differs from a loop"
+  return None
+
+
 def _has_registry() -> bool:
-  try:
-    pfor_lib = compat.pfor_module()
-    registry = pfor_lib._pfor_converter_registry  # pylint: disable=protected-access
-    return "Conv2D" in registry and "DepthwiseConv2dNative" in registry and hasattr(pfor_lib, "wrap")
-  except (ImportError, AttributeError):
-    return False
+  """Whether pfor's converter registry can be extended here (private:
+  :func:`hypernet.numerics.compat.pfor_converter_registry`) and the extension computes
+  what a loop does (canary :func:`_pfor_canary`); if not, one warning, and kernels batch
+  by im2col."""
+  if compat.pfor_converter_registry() is None:
+    reason = f"TensorFlow {tf.__version__} has no pfor converter registry of the known form"
+  else:
+    reason = compat.run_canary("pfor_converters", _pfor_canary)
+  if reason is not None:
+    compat.warn_once("pfor_converters", "%s; convolution kernels batch by im2col (only "
+                     "speed is affected).", reason)
+  return reason is None
 
 
 def grouped_conv_available(dtype=tf.float32) -> bool:
@@ -262,6 +288,9 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
       form (transposed or 3-D convolutions; for im2col also Conv1D, grouped ones,
       causal padding and separable convolutions); the message names the layer.
     ValueError: an unknown ``conv``.
+    hypernet.numerics.compat.UnsupportedVersionError: ``conv="im2col"`` on a Keras whose
+      convolution layers ignore an instance-level ``convolution_op``
+      (:func:`hypernet.numerics.compat.check_instance_convolution_op`).
   """
   if conv not in ("grouped", "im2col"):
     raise ValueError(f"conv={conv!r}; use 'grouped' or 'im2col'.")
@@ -273,11 +302,13 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
   with contextlib.ExitStack() as stack:
     if factories:
       stack.enter_context(_patched_converters(factories))
+    if layers:
+      compat.check_instance_convolution_op()
     with _LOCK:
       for layer in layers:
         entry = _INSTALLED.get(id(layer))
         if entry is None:
-          object.__setattr__(layer, "convolution_op", _vectorizable_conv_op(layer))
+          compat.set_instance_attribute(layer, "convolution_op", _vectorizable_conv_op(layer))
           _INSTALLED[id(layer)] = [layer, 1]
         else:
           entry[1] += 1
@@ -290,7 +321,7 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
           entry[1] -= 1
           if not entry[1]:
             del _INSTALLED[id(layer)]
-            object.__delattr__(layer, "convolution_op")
+            compat.delete_instance_attribute(layer, "convolution_op")
 
 
 def num_weight_sets(weights: Mapping[str, tf.Tensor], model: Optional[keras.Model] = None):

@@ -30,18 +30,18 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
+from hypernet.numerics import compat
 
 
 def _save_variables(layer, extra, store) -> None:
-  """``Layer.save_own_variables`` for the layer's own variables, then ``extra``."""
-  own = list(layer._trainable_variables) + list(layer._non_trainable_variables)  # pylint: disable=protected-access
-  for i, v in enumerate(own + list(extra)):
+  """``Layer.save_own_variables`` for the layer's own variables
+  (:func:`hypernet.numerics.compat.own_variables`), then ``extra``."""
+  for i, v in enumerate(compat.own_variables(layer) + list(extra)):
     store[f"{i}"] = np.asarray(v.numpy())
 
 
 def _load_variables(layer, extra, store) -> None:
-  own = list(layer._trainable_variables) + list(layer._non_trainable_variables)  # pylint: disable=protected-access
-  variables = own + list(extra)
+  variables = compat.own_variables(layer) + list(extra)
   if len(store.keys()) != len(variables):
     raise ValueError(f"{type(layer).__name__} {layer.name!r}: the saved file holds "
                      f"{len(store.keys())} variables of its own, this model has "
@@ -52,8 +52,9 @@ def _load_variables(layer, extra, store) -> None:
 
 def _seed_states(model: keras.Model):
   """The RNG seed states of ``model`` (dropout streams), which Keras' ``.keras`` files do
-  not hold: saved with the model so that a reloaded one continues the same stream."""
-  return [v for v in model.non_trainable_variables if "seed_generator_state" in v.path]
+  not hold: saved with the model so that a reloaded one continues the same stream
+  (:func:`hypernet.numerics.compat.seed_states`)."""
+  return compat.seed_states(model)
 
 
 def _as_model(value, name: str) -> keras.Model:

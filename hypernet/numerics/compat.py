@@ -26,7 +26,23 @@ versions.notice_once(tf.__version__, keras.__version__)  # Once, outside the tes
 
 
 class UnsupportedVersionError(RuntimeError):
-  """A private hook hypernet needs is missing or no longer computes what it must."""
+  """A private hook hypernet needs is missing or no longer computes what it must.
+
+  ``detail``: what changed, without the advice to install a supported version (for the
+  callers that only lose speed and say so instead)."""
+
+  def __init__(self, message: str, detail: Optional[str] = None):
+    super().__init__(message)
+    self.detail = detail if detail is not None else message
+
+
+ADVICE = "install a Keras version hypernet supports (README, 'Supported versions')."
+
+
+def unsupported(detail: str) -> UnsupportedVersionError:
+  """An :class:`UnsupportedVersionError` for ``detail`` (one line, what changed) with the
+  advice to install a supported Keras appended."""
+  return UnsupportedVersionError(f"{detail}; {ADVICE}", detail)
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,10 +141,9 @@ def keras_backend(name: str, function: str):
       continue
     if callable(getattr(module, function, None)):
       return module
-  raise UnsupportedVersionError(
+  raise unsupported(
       f"Keras {keras.__version__} has no TensorFlow backend function {name}.{function} "
-      f"(looked in {', '.join(p.format(name) for p in _BACKEND_PATHS)}); install a Keras "
-      "version hypernet supports (README, 'Supported versions').")
+      f"(looked in {', '.join(p.format(name) for p in _BACKEND_PATHS)})")
 
 
 def defining_module(fn):
@@ -141,9 +156,7 @@ def defining_module(fn):
   for candidate in list(sys.modules.values()):  # registered under another name
     if candidate is not None and getattr(candidate, "__dict__", None) is namespace:
       return candidate
-  raise UnsupportedVersionError(
-      f"Keras {keras.__version__}: cannot find the module of {fn!r}; install a Keras "
-      "version hypernet supports (README, 'Supported versions').")
+  raise unsupported(f"Keras {keras.__version__}: cannot find the module of {fn!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,6 +289,16 @@ _install_lock = threading.Lock()
 _installed: Dict[tuple, Callable] = {}  # (id(owner), name) -> the original
 
 
+def _qualified_name(owner, name: str) -> str:
+  """``package.module.name`` for a module owner, ``package.module.Class.name`` for a
+  class."""
+  if inspect.ismodule(owner):
+    return f"{owner.__name__}.{name}"
+  module = getattr(owner, "__module__", None)
+  qualified = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", repr(owner))
+  return f"{module}.{qualified}.{name}" if module else f"{qualified}.{name}"
+
+
 def install_dispatcher(owner, name: str, dispatcher: Callable,
                        parameters: Optional[Sequence[str]] = None) -> Callable:
   """Puts ``dispatcher`` in place of ``owner.<name>`` (a Keras class's method or backend
@@ -305,24 +328,40 @@ def install_dispatcher(owner, name: str, dispatcher: Callable,
       if current is original:  # put back (e.g. by a test's monkeypatch): reinstall
         setattr(owner, name, dispatcher)
       return original
-    where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__name__', owner)}.{name}"
+    where = _qualified_name(owner, name)
     if current is None:
-      raise UnsupportedVersionError(
-          f"Keras {keras.__version__} has no {where}, which hypernet replaces inside its "
-          "calls; install a Keras version hypernet supports (README, 'Supported versions').")
+      raise unsupported(f"Keras {keras.__version__} has no {where}, which hypernet "
+                        "replaces inside its calls")
     if parameters is not None:
       found = inspect.signature(current).parameters.values()
       got = [p.name for p in found]
       variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in found)
       if got != list(parameters) and not variadic:  # (a wrapper's *args: cannot tell)
-        raise UnsupportedVersionError(
-            f"Keras {keras.__version__}'s {where} takes ({', '.join(got)}), not "
-            f"({', '.join(parameters)}) as hypernet expects; install a Keras version "
-            "hypernet supports (README, 'Supported versions').")
+        raise unsupported(f"Keras {keras.__version__}'s {where} takes ({', '.join(got)}), "
+                          f"not ({', '.join(parameters)}) as hypernet expects")
     dispatcher.original = current
     setattr(owner, name, dispatcher)
     _installed[key] = current
     return current
+
+
+def normalize_hook(dispatcher: Callable) -> Callable:
+  """Puts ``dispatcher`` in place of the private ``_normalize`` that ``keras.ops.normalize``
+  (``UnitNormalization``) calls by name in its own module, once per process; returns
+  Keras' original.
+
+  Private: ``keras.src.ops.nn._normalize``, parameters ``(x, axis, order, epsilon)``
+  (checked before installing: a new parameter would make every ``keras.ops.normalize``
+  call of the process fail). Canary: :func:`hypernet.numerics.second_order`'s
+  ``"normalize"`` (the dispatcher is reached and keeps Keras' values).
+
+  Raises:
+    UnsupportedVersionError: ``keras.ops.normalize``'s module has no ``_normalize``, or
+      its parameters differ (nothing is installed).
+  """
+  module = defining_module(keras.ops.normalize)  # keras.ops' own module
+  return install_dispatcher(module, "_normalize", dispatcher,
+                            ["x", "axis", "order", "epsilon"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,13 +503,43 @@ def pfor_module():
     return None
 
 
+def pfor_converter_registry() -> Optional[dict]:
+  """pfor's converter registry ``{op type: converter(pfor_input)}`` (private:
+  ``pfor._pfor_converter_registry``), or ``None`` when this TensorFlow lacks it, its
+  ``Conv2D`` / ``DepthwiseConv2dNative`` entries, ``wrap`` or ``_create_op``. Canary:
+  :mod:`hypernet.hypernetworks.batched`'s ``"pfor_converters"`` (a grouped convolution
+  through the patched converter against a loop); on failure kernels batch by im2col."""
+  pfor = pfor_module()
+  registry = getattr(pfor, "_pfor_converter_registry", None)  # pylint: disable=protected-access
+  if not isinstance(registry, dict) or not callable(getattr(pfor, "wrap", None)) or not (
+      callable(getattr(pfor, "_create_op", None))):  # pylint: disable=protected-access
+    return None
+  if "Conv2D" not in registry or "DepthwiseConv2dNative" not in registry:
+    return None
+  return registry
+
+
+def pfor_create_op(op_type: str, inputs, dtypes, attrs):
+  """``pfor._create_op``: a graph op of ``op_type`` on ``inputs`` with ``attrs`` (a
+  converter's ``pfor_input.op.node_def.attr``) and output ``dtypes``, created the way
+  pfor's own converters create theirs. Only called by converters installed after
+  :func:`pfor_converter_registry` answered."""
+  return pfor_module()._create_op(op_type, inputs, dtypes, attrs=attrs)  # pylint: disable=protected-access
+
+
 # ---------------------------------------------------------------------------------------
 # Keras layer internals.
 # ---------------------------------------------------------------------------------------
 
+def instance_attributes(layer) -> dict:
+  """``{name: value}`` of the attributes set on the instance ``layer`` (``vars``: Keras
+  keeps tracked variables and sublayers there under the names the layer gave them)."""
+  return dict(vars(layer))
+
+
 def _public_sublayers(layer) -> list:
   found = []
-  for value in vars(layer).values():
+  for value in instance_attributes(layer).values():
     items = value if isinstance(value, (list, tuple)) else (
         value.values() if isinstance(value, dict) else (value,))
     for item in items:
@@ -524,15 +593,42 @@ def flatten_layers(layer) -> list:
   return _flatten(layer, lambda l, _, __: sublayers(l))
 
 
+def instance_attribute(layer, name: str):
+  """``(True, value)`` when ``layer`` has an instance attribute ``name`` of its own (one
+  that shadows the class's method), else ``(False, None)``."""
+  own = vars(layer)
+  return (name in own, own.get(name))
+
+
+def set_instance_attribute(layer, name: str, value) -> None:
+  """Sets ``layer.<name> = value`` on the instance, past Keras' attribute tracking
+  (``object.__setattr__``: nothing about the layer but this one attribute changes)."""
+  object.__setattr__(layer, name, value)
+
+
+def delete_instance_attribute(layer, name: str) -> None:
+  """Removes the instance attribute ``name`` that :func:`set_instance_attribute` set."""
+  object.__delattr__(layer, name)
+
+
+def redefines_batch_norm_moments(cls) -> bool:
+  """Whether the ``BatchNormalization`` subclass ``cls`` redefines Keras' private
+  ``_moments`` (then it computes something else, and the fused path leaves it alone).
+  Where Keras has no ``_moments``, nothing is redefined (the fused path's canary
+  compares it with Keras' own call)."""
+  return getattr(cls, "_moments", None) is not getattr(  # pylint: disable=protected-access
+      keras.layers.BatchNormalization, "_moments", None)
+
+
 def _instance_call_canary() -> Optional[str]:
   layer = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
   layer.build((1, 2))
   original = layer.call
-  object.__setattr__(layer, "call", lambda *a, **k: original(*a, **k) + 10.0)
+  set_instance_attribute(layer, "call", lambda *a, **k: original(*a, **k) + 10.0)
   try:
     got = float(layer(tf.ones([1, 2]))[0, 0])
   finally:
-    object.__delattr__(layer, "call")
+    delete_instance_attribute(layer, "call")
   return None if got == 12.0 else f"an instance-level call gives {got}, not 12.0"
 
 
@@ -546,10 +642,83 @@ def check_instance_call() -> None:
   """
   reason = run_canary("instance_call", _instance_call_canary)
   if reason is not None:
+    raise unsupported(f"Keras {keras.__version__} ignores a layer's instance-level call "
+                      f"({reason}), so overrides= cannot replace layer outputs")
+
+
+def _convolution_op_canary() -> Optional[str]:
+  layer = keras.layers.Conv2D(1, 1, kernel_initializer="ones", bias_initializer="zeros")
+  layer.build((1, 2, 2, 1))
+  set_instance_attribute(layer, "convolution_op", lambda inputs, kernel: inputs * 0.0 + 5.0)
+  try:
+    got = float(layer(tf.ones([1, 2, 2, 1]))[0, 0, 0, 0])
+  finally:
+    delete_instance_attribute(layer, "convolution_op")
+  return None if got == 5.0 else f"an instance-level convolution_op gives {got}, not 5.0"
+
+
+def check_instance_convolution_op() -> None:
+  """Raises unless Keras' Conv1D / Conv2D / Conv3D call ``self.convolution_op(inputs,
+  kernel)`` through the instance (how ``batched_functional_call(conv="im2col")`` batches
+  kernels). Canary: a 1x1 Conv2D whose instance ``convolution_op`` returns 5 gives 5.
+
+  Raises:
+    UnsupportedVersionError: Keras ignores it (the batched call would have no converter
+      for the per-set kernels, or convolve with the variables' kernels).
+  """
+  reason = run_canary("convolution_op", _convolution_op_canary)
+  if reason is not None:
     raise UnsupportedVersionError(
-        f"Keras {keras.__version__} ignores a layer's instance-level call ({reason}), so "
-        "overrides= cannot replace layer outputs; install a Keras version hypernet "
-        "supports (README, 'Supported versions').")
+        f"Keras {keras.__version__}'s convolution layers ignore an instance-level "
+        f"convolution_op ({reason}), so conv='im2col' cannot batch their kernels: use "
+        "parallel='map_fn', or conv='grouped' where grouped convolutions run.", reason)
+
+
+class _OwnVariableCanaryLayer(keras.layers.Layer):
+  def build(self, input_shape):
+    self.own = self.add_weight(shape=(1,), initializer="ones", name="own")
+    self.inner = keras.layers.Dense(1)
+    self.inner.build(input_shape)
+
+  def call(self, x):
+    return self.inner(x) * self.own
+
+
+def _public_own_variables(layer) -> list:
+  store = {}
+  keras.layers.Layer.save_own_variables(layer, store)
+  return [store[f"{i}"] for i in range(len(store))]
+
+
+def _own_variables_canary() -> Optional[str]:
+  layer = _OwnVariableCanaryLayer()
+  layer.build((1, 2))
+  found = _public_own_variables(layer)
+  if len(found) != 1 or found[0] is not layer.own:
+    return (f"Layer.save_own_variables stores {[getattr(v, 'path', type(v)) for v in found]}, "
+            f"not the layer's own variable {layer.own.path!r}")
+  return None
+
+
+def own_variables(layer) -> list:
+  """The variables ``layer`` tracks itself (not its sublayers'), in the order Keras'
+  own ``Layer.save_own_variables`` saves them: for a ``save_own_variables`` /
+  ``load_own_variables`` override that adds variables after Keras' own.
+
+  Public route: ``keras.layers.Layer.save_own_variables`` into a dict (Keras stores
+  the variables themselves there). Canary: a layer with one weight and a Dense sublayer
+  stores exactly that weight.
+
+  Raises:
+    UnsupportedVersionError: Keras saves something else (a model saved or loaded here
+      could not be restored exactly).
+  """
+  reason = run_canary("own_variables", _own_variables_canary)
+  if reason is not None:
+    raise unsupported(f"Keras {keras.__version__} saves a layer's own variables "
+                      f"differently ({reason}), so hypernet's models cannot be saved or "
+                      "loaded")
+  return _public_own_variables(layer)
 
 
 def _optimizer_sum_canary() -> Optional[str]:
@@ -574,29 +743,64 @@ def _optimizer_sum_canary() -> Optional[str]:
   return None
 
 
-def switch_off_optimizer_sum(optimizer) -> None:
+def switch_off_optimizer_sum(optimizer, num_replicas: Optional[int] = None) -> bool:
   """Makes ``optimizer.apply`` skip its own sum over replicas (the train step sums).
 
   Private: ``Optimizer._all_reduce_sum_gradients``. Canary: ``SGD.apply`` calls it (and
-  moves a weight by ``lr * g``). On failure this raises: summing twice would scale the
-  gradient by the number of replicas without a word.
+  moves a weight by ``lr * g``). On failure, for one replica nothing is switched (Keras'
+  sum over one replica is the gradient itself: nothing to skip, no warning); for more
+  replicas this raises: summing twice would scale the gradient by the number of
+  replicas without a word.
+
+  Args:
+    optimizer: a Keras optimizer (the inner one of a ``LossScaleOptimizer``).
+    num_replicas: the replicas its ``apply`` runs on (default: the current
+      ``tf.distribute`` strategy's ``num_replicas_in_sync``).
+
+  Returns:
+    Whether the optimizer's own sum was switched off.
 
   Raises:
-    UnsupportedVersionError: the method is missing or no longer where Keras sums.
+    UnsupportedVersionError: more than one replica, and the method is missing or no
+      longer where Keras sums.
   """
   reason = run_canary("optimizer_sum", _optimizer_sum_canary)
   if reason is not None:
-    raise UnsupportedVersionError(
+    if num_replicas is None:
+      num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if num_replicas <= 1:
+      return False
+    raise unsupported(
         f"Keras {keras.__version__} sums gradients over replicas elsewhere ({reason}); "
-        "hypernet's train step sums them itself and would sum twice: install a Keras "
-        "version hypernet supports (README, 'Supported versions').")
+        f"hypernet's train step sums them itself and would sum twice over {num_replicas} "
+        "replicas (one device is unaffected)")
   optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
+  return True
+
+
+def is_seed_state_path(path: str) -> bool:
+  """Whether a variable path is a Keras ``SeedGenerator``'s state (its variable name
+  ``seed_generator_state``, checked by :func:`check_seed_state`'s canary)."""
+  return path.endswith("seed_generator_state")
+
+
+def seed_states(model) -> list:
+  """The RNG seed-state variables of ``model`` (dropout streams), which Keras' ``.keras``
+  files do not hold. Canary: :func:`check_seed_state`'s. On failure, ``[]`` with one
+  warning: a reloaded model's dropout stream then restarts."""
+  reason = run_canary("seed_state", _seed_state_canary)
+  if reason is not None:
+    warn_once("seed_states", "Keras %s keeps random-seed state differently (%s): saved "
+              "models do not hold their dropout streams, which restart when reloaded.",
+              keras.__version__, reason)
+    return []
+  return [v for v in model.non_trainable_variables if is_seed_state_path(v.path)]
 
 
 def _seed_state_canary() -> Optional[str]:
   generator = keras.random.SeedGenerator(7)
   state = generator.state
-  if not state.path.endswith("seed_generator_state") or tuple(state.shape) != (2,):
+  if not is_seed_state_path(state.path) or tuple(state.shape) != (2,):
     return f"a SeedGenerator's state is {state.path!r} of shape {tuple(state.shape)}"
   before = state.numpy().tolist()
   keras.random.uniform([2], seed=generator)
@@ -617,7 +821,77 @@ def check_seed_state() -> None:
   """
   reason = run_canary("seed_state", _seed_state_canary)
   if reason is not None:
-    raise UnsupportedVersionError(
-        f"Keras {keras.__version__} keeps random-seed state differently ({reason}), so "
-        "replicas would draw the same dropout masks; install a Keras version hypernet "
-        "supports (README, 'Supported versions').")
+    raise unsupported(f"Keras {keras.__version__} keeps random-seed state differently "
+                      f"({reason}), so replicas would draw the same dropout masks")
+
+
+# ---------------------------------------------------------------------------------------
+# TensorBoard's hparams plugin.
+# ---------------------------------------------------------------------------------------
+
+def hparams_api():
+  """TensorBoard's public hparams API, ``tensorboard.plugins.hparams.api`` (``hp``)."""
+  from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
+  return hp
+
+
+def _hparams_plugin_data():
+  try:
+    from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
+    return plugin_data_pb2.HParamsPluginData
+  except (ImportError, AttributeError):
+    return None
+
+
+def _mark_differs(pb, names) -> Optional[str]:
+  """Sets ``differs`` on the hyperparameters of the config summary ``pb`` named in
+  ``names`` (in place); returns why not, or ``None``."""
+  plugin_data = _hparams_plugin_data()
+  if plugin_data is None:
+    return "tensorboard.plugins.hparams.plugin_data_pb2.HParamsPluginData is missing"
+  content = pb.value[0].metadata.plugin_data
+  data = plugin_data.FromString(content.content)
+  infos = list(data.experiment.hparam_infos)
+  if not infos:
+    return "the hparams config summary holds no hyperparameters"
+  for info in infos:
+    info.differs = info.name in names
+  content.content = data.SerializeToString()
+  return None
+
+
+def _hparams_canary() -> Optional[str]:
+  hp = hparams_api()
+  pb = hp.hparams_config_pb([hp.HParam("a"), hp.HParam("b")], [hp.Metric("m")])
+  reason = _mark_differs(pb, {"b"})
+  if reason is not None:
+    return reason
+  data = _hparams_plugin_data().FromString(pb.value[0].metadata.plugin_data.content)
+  got = [(i.name, i.differs) for i in data.experiment.hparam_infos]
+  metrics = [m.name.tag for m in data.experiment.metric_infos]
+  if got != [("a", False), ("b", True)] or metrics != ["m"]:
+    return f"the config reads back as {got}, metrics {metrics}"
+  return None
+
+
+def hparams_config_summary(hparams, metrics, first=()):
+  """TensorBoard's hparams config summary (``hp.hparams_config_pb(hparams, metrics)``,
+  public) with the hyperparameters named in ``first`` marked "differs", which the
+  HParams table lists first (and shows by default).
+
+  Private: ``tensorboard.plugins.hparams.plugin_data_pb2.HParamsPluginData`` (the
+  summary's content; no public API sets ``differs``). Canary: a config of hparams
+  ``a``, ``b`` with ``b`` marked reads back as such. On failure: the unmarked config,
+  with one warning (the table shows its first columns by name).
+
+  Returns:
+    A ``Summary`` proto (``.SerializeToString()`` for ``write_raw_pb``).
+  """
+  pb = hparams_api().hparams_config_pb(list(hparams), list(metrics))
+  reason = run_canary("hparams_config", _hparams_canary)
+  if reason is None:
+    reason = _mark_differs(pb, set(first))
+  if reason is not None:
+    warn_once("hparams_config", "cannot mark the key hyperparameters for TensorBoard's "
+              "HParams table (%s); it lists them by name.", reason)
+  return pb

@@ -27,8 +27,7 @@ def _fusable(layer, inputs, training, mask) -> bool:
     return False
   # A subclass that redefines the moments or the call computes something else.
   cls = type(layer)
-  if cls.call is not _dispatching_call or getattr(cls, "_moments", None) is not getattr(  # pylint: disable=protected-access
-      keras.layers.BatchNormalization, "_moments", None):
+  if cls.call is not _dispatching_call or compat.redefines_batch_norm_moments(cls):
     return False
   if getattr(layer, "renorm", False) or getattr(layer, "synchronized", False):
     return False
@@ -217,15 +216,15 @@ def _install() -> bool:
     if _original_call is None:  # (kept when replaced, e.g. by a test's simulation)
       _original_call = original
   except compat.UnsupportedVersionError as e:
-    _unavailable = str(e)
+    _unavailable = e.detail
   else:
     reason = compat.run_canary("fused_batch_norm", _canary)
     if reason is not None:
       _unavailable = (f"the fused BatchNorm does not match Keras {keras.__version__}'s "
                       f"on a test batch ({reason})")
   if _unavailable is not None:
-    compat.warn_once("fused_norm", "%s; BatchNormalization runs Keras' own code "
-                     "(slower, same values).", _unavailable)
+    compat.warn_once("fused_norm", "%s; BatchNormalization runs Keras' own code: only "
+                     "speed is affected (same values, exact derivatives).", _unavailable)
     return False
   return True
 

@@ -260,9 +260,10 @@ def _install() -> None:
     if _original_pool_call is None:
       _original_pool_call = original
   except compat.UnsupportedVersionError as e:
-    _unavailable = str(e)
+    _unavailable = e.detail
     compat.warn_once("norm_relu_pool", "%s; BatchNorm -> ReLU -> max-pool blocks run on "
-                     "TensorFlow's separate ops.", _unavailable)
+                     "TensorFlow's separate ops: only speed is affected (same values).",
+                     _unavailable)
 
 
 @contextlib.contextmanager

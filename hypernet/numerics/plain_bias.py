@@ -94,14 +94,14 @@ def _install() -> None:
     if _original_add is None:  # (kept when replaced, e.g. by a test's simulation)
       _original_add = original
   except compat.UnsupportedVersionError as e:
-    _unavailable = str(e)
+    _unavailable = e.detail
   else:
     reason = compat.run_canary("plain_bias", _canary)
     if reason is not None:
       _unavailable = f"plain bias additions differ from Keras {keras.__version__}'s ({reason})"
   if _unavailable is not None:
-    compat.warn_once("plain_bias", "%s; meta-learning steps use Keras' own add (BiasAdd).",
-                     _unavailable)
+    compat.warn_once("plain_bias", "%s; meta-learning steps use Keras' own add (BiasAdd): "
+                     "only speed is affected (same values).", _unavailable)
 
 
 # Shapes of the check at first use: (x1, x2) of Dense, channels-last and channels-first

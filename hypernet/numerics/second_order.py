@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator, List, Tuple
+import threading
+from typing import Iterator, List, Optional, Tuple
 
 import keras
 import numpy as np
@@ -23,6 +24,7 @@ _tapes_visible = compat.Switch("hypernet.numerics.second_order.all_tapes_visible
 _original_compute_moments = None
 _original_normalize = None
 _moments_module = None
+_thread = threading.local()  # reason: why moments are not exact, at this thread's last _install
 
 
 def _first_order_only(x) -> bool:
@@ -157,36 +159,87 @@ def _moments_canary():
   return None
 
 
-def _install() -> None:
+def _install() -> Optional[str]:
   """Puts the per-thread dispatcher in place of Keras' TF-backend moments (once) and
   checks it at first use (:func:`_moments_canary`).
 
-  Raises:
-    UnsupportedVersionError: the hook is missing, or Keras' normalisation layers no
-      longer reach it (second derivatives through them would be silently wrong).
+  Returns:
+    ``None`` when second derivatives through Keras' normalisation layers are exact in
+    functional calls, else why not (one line). Then one warning says so: first-order
+    calls run on (the values are the same either way), and what needs exact second
+    order refuses (:func:`require_exact_moments`).
   """
   global _original_compute_moments, _original_normalize, _moments_module
-  if _moments_module is None:
-    nn = compat.keras_backend("nn", "moments")
-    _moments_module = compat.defining_module(nn.moments)  # moments calls it by name
-  original = compat.install_dispatcher(
-      _moments_module, "_compute_moments", _dispatching_compute_moments,
-      ["x", "axes", "keepdims"])
-  if _original_compute_moments is None:
-    _original_compute_moments = original
-  normalize_module = compat.defining_module(keras.ops.normalize)  # keras.ops' own module
-  if getattr(normalize_module, "_normalize", None) is not None:  # Else: Keras' own, as shipped.
-    original_normalize = compat.install_dispatcher(normalize_module, "_normalize",
-                                                   _dispatching_normalize)
-    if _original_normalize is None:
-      _original_normalize = original_normalize
-  compat.possible_gradient_types()  # its canary first: the moments canary relies on it
-  reason = compat.run_canary("moments", _moments_canary)
+  try:
+    module = _moments_module
+    if module is None:
+      nn = compat.keras_backend("nn", "moments")
+      module = compat.defining_module(nn.moments)  # moments calls it by name
+    original = compat.install_dispatcher(
+        module, "_compute_moments", _dispatching_compute_moments, ["x", "axes", "keepdims"])
+    _moments_module = module  # (kept once installed: a simulation's module is not)
+    if _original_compute_moments is None:
+      _original_compute_moments = original
+  except compat.UnsupportedVersionError as e:
+    if keras.backend.backend() != "tensorflow":
+      raise
+    reason = e.detail
+  else:
+    compat.possible_gradient_types()  # its canary first: the moments canary relies on it
+    failed = compat.run_canary("moments", _moments_canary)
+    reason = None if failed is None else (
+        f"Keras {keras.__version__}'s normalisation layers no longer compute their moments "
+        f"where hypernet makes second derivatives exact ({failed})")
+  _install_normalize()
+  _thread.reason = reason
+  if reason is not None:
+    compat.warn_once("moments", "%s. First-order training is unaffected (same values); "
+                     "second-order learners, and second derivatives through normalisation "
+                     "layers in functional calls, are refused.", reason)
+  return reason
+
+
+def require_exact_moments(who: str = "second-order meta-learning") -> None:
+  """Raises unless second derivatives through Keras' normalisation layers are exact in
+  functional calls (the hook and its canary, :func:`exact_moments_scope`).
+
+  Args:
+    who: what needs the second order, for the message.
+
+  Raises:
+    UnsupportedVersionError: one line: why not, and the way out (first order, or a
+      supported Keras).
+  """
+  reason = _install()
   if reason is not None:
     raise compat.UnsupportedVersionError(
-        f"Keras {keras.__version__}'s normalisation layers no longer compute their moments "
-        f"where hypernet makes second derivatives exact ({reason}); install a Keras "
-        "version hypernet supports (README, 'Supported versions').")
+        f"{who} needs exact second derivatives, but {reason}: use first_order=True, or "
+        f"{compat.ADVICE}", reason)
+
+
+# Keras layers whose call computes moments (subclasses too).
+_MOMENTS_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+                   keras.layers.GroupNormalization)
+
+
+def check_outputs_differentiable_once(model: keras.layers.Layer, outputs) -> None:
+  """Raises when exact moments are unavailable (found by :func:`_install` as the call
+  entered :func:`exact_moments_scope`), ``model`` has a
+  normalisation layer, and the active tapes can differentiate ``outputs`` twice (nested
+  tapes, a forward accumulator): the second derivative would silently lose a term.
+
+  Raises:
+    UnsupportedVersionError: as :func:`require_exact_moments`.
+  """
+  if getattr(_thread, "reason", None) is None:  # (what this thread's _install found)
+    return
+  query = compat.possible_gradient_types()
+  tensors = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
+  if query is None or not tensors or query(tensors) < 2:
+    return
+  if any(isinstance(layer, _MOMENTS_LAYERS) for layer in compat.flatten_layers(model)):
+    require_exact_moments("A second derivative through a functional call of "
+                          f"{model.name!r} (nested tapes)")
 
 
 def safe_normalize(x, axis=-1, order=2, epsilon=None) -> tf.Tensor:
@@ -229,8 +282,51 @@ def safe_normalize(x, axis=-1, order=2, epsilon=None) -> tf.Tensor:
   return x / tf.maximum(norm, tf.constant(epsilon, x.dtype))
 
 
+def _normalize_canary() -> Optional[str]:
+  """``keras.ops.normalize`` of ``[[3, 4], [0, 0]]`` (float64) inside the scope: Keras'
+  values ``[[0.6, 0.8], [0, 0]]`` and a finite second derivative at the zero vector
+  (Keras' own gives NaN there: then the dispatcher is not reached)."""
+  x = tf.constant([[3.0, 4.0], [0.0, 0.0]], tf.float64)
+  c = tf.constant([[0.3, -1.2], [0.7, 0.5]], tf.float64)
+  with tf.GradientTape() as t2:
+    t2.watch(x)
+    with tf.GradientTape() as t1:
+      t1.watch(x)
+      with _exact():
+        y = keras.ops.normalize(x)
+      f = tf.reduce_sum(y * c)
+    h = tf.reduce_sum(t1.gradient(f, x) * c)
+  hv = t2.gradient(h, x).numpy()
+  if not np.allclose(y.numpy(), [[0.6, 0.8], [0.0, 0.0]], atol=1e-12):
+    return f"keras.ops.normalize gives {y.numpy().tolist()}, not [[0.6, 0.8], [0, 0]]"
+  if not np.all(np.isfinite(hv)):
+    return ("keras.ops.normalize no longer reaches its _normalize (NaN second derivative "
+            "at 0)")
+  return None
+
+
+def _install_normalize() -> None:
+  """The ``keras.ops.normalize`` hook (:func:`.compat.normalize_hook`) and its canary; on
+  failure Keras' own normalize runs (one warning: NaN second derivatives at all-zero
+  vectors)."""
+  global _original_normalize
+  try:
+    original = compat.normalize_hook(_dispatching_normalize)
+  except compat.UnsupportedVersionError as e:
+    reason = e.detail
+  else:
+    if _original_normalize is None:
+      _original_normalize = original
+    reason = compat.run_canary("normalize", _normalize_canary)
+  if reason is not None:
+    compat.warn_once("normalize", "keras.ops.normalize keeps Keras %s's own code in "
+                     "functional calls (%s): UnitNormalization's second derivatives are NaN "
+                     "at an all-zero vector; elsewhere the same values.", keras.__version__, reason)
+
+
 def _dispatching_normalize(x, axis=-1, order=2, epsilon=None):
-  if _exact.on():  # Inside a functional call: finite derivatives at zero vectors.
+  # Inside a functional call: finite derivatives at zero vectors (unless the canary failed).
+  if _exact.on() and compat.run_canary("normalize", _normalize_canary) is None:
     return safe_normalize(x, axis=axis, order=order, epsilon=epsilon)
   return _original_normalize(x, axis=axis, order=order, epsilon=epsilon)
 
@@ -252,9 +348,10 @@ def exact_moments_scope() -> Iterator[None]:
   ``E[x^2] - E[x]^2`` without a stop-gradient and is left as it is. Re-entrant; it
   counts where it is entered (eagerly, or in the ``tf.function`` being traced).
 
-  Raises:
-    UnsupportedVersionError: the installed Keras lacks the backend function this relies
-      on, or its layers no longer reach it (checked once, at first use).
+  Where the installed Keras lacks the backend function this relies on, or its layers no
+  longer reach it (checked once, at first use), one warning says so and the block runs
+  Keras' own moments: first derivatives are the same; :func:`require_exact_moments`
+  (second-order learners) and functional calls under nested tapes then refuse.
   """
   _install()
   with _exact():
@@ -338,7 +435,7 @@ def layer_of_op(model: keras.layers.Layer, op_name: str) -> str:
   or ``""``."""
   segments = op_name.split("/")
   best = None
-  for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+  for layer in compat.flatten_layers(model)[1:]:
     pattern = re.compile(re.escape(layer.name) + r"(_\d+)?")
     for i, segment in enumerate(segments[:-1]):
       if pattern.fullmatch(segment) and (best is None or i >= best[0]):
@@ -398,7 +495,10 @@ def check_second_order(model: keras.layers.Layer, who: str = "second-order meta-
 
   Raises:
     ValueError: naming each such layer, why, and the fix (first order, or another layer).
+    UnsupportedVersionError: this Keras' normalisation moments cannot be made exact
+      (:func:`require_exact_moments`).
   """
+  require_exact_moments(who)
   found = inexact_second_order_layers(model)
   if found:
     listed = "; ".join(f"{name!r} ({type_reason})" for name, type_reason in found)

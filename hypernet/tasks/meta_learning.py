@@ -410,6 +410,8 @@ class MetaLearningTask(protocol.Task):
       config that is not 20-way 1-shot with one query per class at meta-test time.
   """
 
+  _phase = None  # the phase being traced (tracing_phase), else None
+
   def __init__(self, config, data=None, runs=None):
     if config.task not in TASKS:
       raise ValueError(f"config.task={config.task!r} is not a meta-learning task; known: "
@@ -614,7 +616,7 @@ class MetaLearningTask(protocol.Task):
     step = tf.cast(batch["task_index"][0], tf.int64) // global_batch_size
     out = {}
     if self.first_order_steps:
-      phase = getattr(self, "_phase", None)
+      phase = self._phase
       # Traced per phase by the Trainer: a Python bool; elsewhere (hn.keras, one traced
       # step for the whole run) the step decides in the graph.
       out["adapt_options"] = {"first_order": (phase == "first_order" if phase is not None

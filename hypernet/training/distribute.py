@@ -260,7 +260,7 @@ class Runtime:
   def prepare_optimizer(self, optimizer):
     """``optimizer`` taking gradients already summed over replicas
     (:func:`apply_reduced_gradients`), built for nothing yet."""
-    return apply_reduced_gradients(optimizer)
+    return apply_reduced_gradients(optimizer, self.num_replicas)
 
   def _agree_fn(self, flags):
     def replica_fn(f):  # (A float tensor made on the replica's device: the collective
@@ -325,7 +325,8 @@ def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   return functional.all_reduce_state(state)
 
 
-def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer,
+                            num_replicas: Optional[int] = None) -> keras.optimizers.Optimizer:
   """Makes ``optimizer.apply`` take gradients that are already summed over replicas.
 
   A Keras 3 optimizer on the TensorFlow backend sums the gradients over replicas inside
@@ -338,15 +339,22 @@ def apply_reduced_gradients(optimizer: keras.optimizers.Optimizer) -> keras.opti
   off here; clipping, loss scaling's finite check and the update then all see the
   summed gradient. For a ``LossScaleOptimizer`` the inner optimizer is switched.
 
+  Args:
+    optimizer: a Keras optimizer.
+    num_replicas: the replicas the train step runs on (default: the current strategy's
+      ``num_replicas_in_sync``).
+
   Returns:
-    ``optimizer`` (modified in place).
+    ``optimizer`` (modified in place; unchanged on one replica when this Keras no longer
+    sums where expected: a sum over one replica changes nothing).
 
   Raises:
-    hypernet.numerics.compat.UnsupportedVersionError: this Keras version no longer sums
-      over replicas where expected (checked once: ``SGD.apply`` must reach the sum).
+    hypernet.numerics.compat.UnsupportedVersionError: more than one replica, and this
+      Keras version no longer sums over replicas where expected (checked once:
+      ``SGD.apply`` must reach the sum).
   """
   inner = getattr(optimizer, "inner_optimizer", optimizer)
-  compat.switch_off_optimizer_sum(inner)
+  compat.switch_off_optimizer_sum(inner, num_replicas)
   return optimizer
 
 

@@ -15,6 +15,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from hypernet.numerics import compat
 from hypernet.training.workdir import Workdir
 
 
@@ -93,25 +94,20 @@ class Writer:
     """
     if not self.enabled:
       return
-    from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
     from hypernet import config_lib  # pylint: disable=g-import-not-at-top
-    from tensorboard.plugins.hparams import plugin_data_pb2, summary_v2  # pylint: disable=g-import-not-at-top
+    hp = compat.hparams_api()
     values = dict(config_lib.hparams(config))
     values.update(extra or {})
     # The HParams table prints numbers with 5 significant digits (64 as "64.000"):
     # integers go in as text, so that they read as integers.
     values = {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v
               for k, v in values.items()}
-    pb = summary_v2.hparams_config_pb(
-        [hp.HParam(k) for k in values],
-        [hp.Metric(tag, display_name=f"eval {tag}") for tag in metrics])
     # TensorBoard lists the hyperparameters marked "differs" first (then by name) and the
     # HParams table shows the first five by default: mark the key fields.
-    content = pb.value[0].metadata.plugin_data
-    data = plugin_data_pb2.HParamsPluginData.FromString(content.content)
-    for info in data.experiment.hparam_infos:
-      info.differs = info.name in config_lib.HPARAMS_FIRST
-    content.content = data.SerializeToString()
+    pb = compat.hparams_config_summary(
+        [hp.HParam(k) for k in values],
+        [hp.Metric(tag, display_name=f"eval {tag}") for tag in metrics],
+        first=config_lib.HPARAMS_FIRST)
     with self._writer("eval").as_default(step=0):
       with tf.summary.experimental.summary_scope("hparams_config"):
         tf.summary.experimental.write_raw_pb(pb.SerializeToString(), step=0)
@@ -131,7 +127,6 @@ class Writer:
     """
     if not self.enabled:
       return []
-    from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
     written = []
     for split in splits:
       folder = self._paths.run(split)
@@ -143,10 +138,11 @@ class Writer:
       path = os.path.join(folder, f"events.out.tfevents.{int(time.time()):010d}."
                           f"{socket.gethostname()}.{os.getpid()}.0.restart")
       now = time.time()
-      start = event_pb2.Event(wall_time=now, step=step, session_log=event_pb2.SessionLog(
-          status=event_pb2.SessionLog.START))
+      # TensorFlow's public copies of the event protos (tf.compat.v1.Event).
+      start = tf.compat.v1.Event(wall_time=now, step=step, session_log=tf.compat.v1.SessionLog(
+          status=tf.compat.v1.SessionLog.START))
       with tf.io.TFRecordWriter(path) as f:
-        f.write(event_pb2.Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+        f.write(tf.compat.v1.Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
         f.write(start.SerializeToString())
         f.write(start.SerializeToString())
       written.append(path)
