@@ -215,3 +215,71 @@ def test_the_training_floor_stays_small():
   training = lines((PACKAGE / "training").rglob("*.py"))
   total = lines(PACKAGE.rglob("*.py"))
   assert training <= 0.25 * total, f"training/ holds {training} of {total} lines"
+
+
+_REFLECTION = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def _own_private_names() -> set:
+  """The ``_names`` hypernet defines itself (functions, classes, attributes it assigns):
+  reading one of them on another object is not a private TensorFlow / Keras use."""
+  own = set()
+  for path in PACKAGE.rglob("*.py"):
+    for n in ast.walk(ast.parse(path.read_text())):
+      if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+        own.add(n.name)
+      elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+        own.add(n.id)
+      elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(
+          n.value, ast.Name) and n.value.id in ("self", "cls"):
+        own.add(n.attr)
+  return {name for name in own if name.startswith("_")}
+
+
+def _private_uses(tree: ast.AST, own=frozenset()) -> list:
+  """Private TensorFlow / Keras / TensorBoard uses in a module (``(line, what)``): private
+  modules imported (``tensorflow.python``, ``keras.src``, TensorBoard's ``compat.proto``),
+  a ``._name`` read on anything but ``self`` / ``cls``, a ``"_name"`` reached through
+  getattr / setattr / hasattr / delattr or ``object.__setattr__``, and ``vars(...)`` /
+  ``.__dict__``: the rules of the portability audit's scanner. ``own``: hypernet's own
+  private names (:func:`_own_private_names`), allowed."""
+  found = []
+  for n in ast.walk(tree):
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+      names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+      found += [(n.lineno, m) for m in names
+                if m.startswith(("tensorflow.python", "keras.src", "tensorboard.compat"))]
+    elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith(
+        ("keras.src.", "tensorflow.python.")):
+      found.append((n.lineno, n.value))
+    elif isinstance(n, ast.Attribute):
+      if n.attr == "__dict__" or (n.attr.startswith("_") and not n.attr.startswith("__")
+                                  and n.attr not in own):
+        found.append((n.lineno, f".{n.attr}"))
+    elif isinstance(n, ast.Call):
+      fn = ast.unparse(n.func)
+      if fn == "vars":
+        found.append((n.lineno, "vars(...)"))
+      elif (fn in _REFLECTION or fn.startswith("object.__")) and len(n.args) >= 2 and \
+          isinstance(n.args[1], ast.Constant) and str(n.args[1].value).startswith("_") and \
+          not str(n.args[1].value).startswith("__"):
+        found.append((n.lineno, f"{fn}(..., {n.args[1].value!r})"))
+  return found
+
+
+def test_private_uses_live_in_numerics_compat_only():
+  """Every private TensorFlow / Keras / TensorBoard use is in numerics/compat.py, each with
+  a canary there (ARCHITECTURE.md, "Private dependencies")."""
+  outside, own = {}, _own_private_names()
+  for path in sorted(PACKAGE.rglob("*.py")):
+    if path.relative_to(PACKAGE).as_posix() == "numerics/compat.py":
+      continue
+    uses = _private_uses(ast.parse(path.read_text()), own)
+    if uses:
+      outside[path.relative_to(PACKAGE).as_posix()] = uses
+  assert not outside, outside
+  # The check sees each kind of use (it would not pass by seeing nothing).
+  probe = ast.parse("import keras.src.ops\nx = layer._kernel\ny = vars(m)\n"
+                    "z = getattr(o, '_layers')\nw = o.__dict__\nself._own = 1\n")
+  assert sorted(u for _, u in _private_uses(probe, own | {"_own"})) == sorted([
+      "keras.src.ops", "._kernel", "vars(...)", "getattr(..., '_layers')", ".__dict__"])

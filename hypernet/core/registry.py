@@ -154,8 +154,8 @@ class Registry:
       return {p.name: p.default for p in inspect.signature(obj).parameters.values()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     for klass in obj.__mro__:
-      init = klass.__dict__.get("__init__")
-      if init is None:
+      init = klass.__init__  # Only a class's own __init__ (not one it inherits).
+      if init is getattr(super(klass, klass), "__init__", None):
         continue
       params = list(inspect.signature(init).parameters.values())[1:]
       for p in params:

@@ -73,8 +73,9 @@ class Learner(tf.Module, abc.ABC):
     """Checks what a subclass's :meth:`adapt` returns (a learner of the user's fails in
     one line naming it, not deep inside the meta-batch code)."""
     super().__init_subclass__(**kwargs)
-    adapt = cls.__dict__.get("adapt")
-    if adapt is None or getattr(adapt, "__isabstractmethod__", False):
+    adapt = cls.adapt  # Only a subclass's own adapt is checked (not one it inherits).
+    if adapt is getattr(super(cls, cls), "adapt", None) or getattr(
+        adapt, "__isabstractmethod__", False):
       return
 
     @functools.wraps(adapt)

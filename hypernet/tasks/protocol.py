@@ -88,16 +88,18 @@ class Task(abc.ABC):
       scaled = scale_loss(loss) if scale_loss is not None else loss
     return loss, sums, state, tape.gradient(scaled, variables)
 
+  _train_metric_names = None  # Set through train_metric_names.
+
   # -- optional, with defaults ----------------------------------------------------------
   @property
   def train_metric_names(self) -> List[str]:
     """The metric sums of ``train_loss`` (default: :attr:`metric_names`)."""
-    names = self.__dict__.get("_train_metric_names")
+    names = self._train_metric_names
     return list(self.metric_names if names is None else names)
 
   @train_metric_names.setter
   def train_metric_names(self, names: Sequence[str]) -> None:
-    self.__dict__["_train_metric_names"] = list(names)
+    self._train_metric_names = tuple(names)
 
   def describe(self) -> Dict[str, float]:
     """Parameter counts for the logs, summaries and ``final_metrics.json``."""
@@ -162,17 +164,17 @@ class TaskAdapter(Task):
   from it."""
 
   def __init__(self, task):
-    self.__dict__["wrapped"] = task
+    self.wrapped = task
     for name in _OPTIONAL:  # The one place optional members are looked for.
       if hasattr(task, name):
-        self.__dict__[name] = getattr(task, name)
+        setattr(self, name, getattr(task, name))
     if hasattr(task, "train_metric_names"):
       self.train_metric_names = task.train_metric_names
 
   def __getattr__(self, name):  # Only for names not found on the adapter itself.
-    if "wrapped" not in self.__dict__:
+    if name == "wrapped":  # Not set yet (e.g. a copy being made): no recursion.
       raise AttributeError(name)
-    return getattr(self.__dict__["wrapped"], name)
+    return getattr(self.wrapped, name)
 
   @property
   def trainable_variables(self):
