@@ -7,10 +7,11 @@
 #   bash tools/version_matrix.sh [KIND ...]     # default: oldest newest pre
 #
 # Prints one Markdown row per pair (and writes them to $OUT, default
-# /tmp/hypernet-version-matrix.md). About 5 minutes per pair on 2 cores once its venv
+# /tmp/hypernet-version-matrix.md; a pair's pytest log beside it where a test failed). About 5 minutes per pair on 2 cores once its venv
 # exists; a new venv downloads TensorFlow (~640 MB) first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export TF_CPP_MIN_LOG_LEVEL=3
 kinds=("$@")
 [ ${#kinds[@]} -eq 0 ] && kinds=(oldest newest pre)
 out=${OUT:-/tmp/hypernet-version-matrix.md}
@@ -31,9 +32,19 @@ try:
   print(f\"{100 * m['accuracy']:.2f} % / {m['loss']:.5f}\")
 except Exception as e:
   print('failed: see', sys.argv[2])" "$work/job/final_metrics.json" "$work/job.log")
-  subset=$("$py" -m pytest -q -p no:cacheprovider -m compat_subset 2>&1 | tail -n 1 | sed 's/ in [0-9.]*s.*//; s/=//g') || true
-  rest=$("$py" -m pytest -q -p no:cacheprovider -m "not compat_subset" tests/test_compat.py \
-    tests/test_second_order.py 2>&1 | tail -n 1 | sed 's/ in [0-9.]*s.*//; s/=//g') || true
+  # pytest's summary line ("178 passed, 2 skipped"), without its time.
+  summary() { grep -E "^=* ?[0-9]+ (passed|failed|error)" "$1" | tail -n 1 |
+              sed -E 's/ in [0-9.]+s.*//; s/=//g; s/^ //'; }
+  "$py" -m pytest -q -p no:cacheprovider -m compat_subset > "$work/subset.log" 2>&1 || true
+  "$py" -m pytest -q -p no:cacheprovider -m "not compat_subset" tests/test_compat.py \
+    tests/test_second_order.py > "$work/rest.log" 2>&1 || true
+  subset=$(summary "$work/subset.log")
+  rest=$(summary "$work/rest.log")
+  for log in subset rest; do  # Failures are kept for reading.
+    if grep -qE "^FAILED|^ERROR" "$work/$log.log"; then
+      cp "$work/$log.log" "${out%.md}-$kind-$log.log"
+    fi
+  done
   echo "| $kind | $versions | $job | $subset | $rest |" | tee -a "$out"
   rm -rf "$work"
 done
