@@ -34,7 +34,7 @@ except Exception as e:
   print('failed: see', sys.argv[2])" "$work/job/final_metrics.json" "$work/job.log")
   # pytest's summary line ("178 passed, 2 skipped"), without its time.
   summary() { grep -E "^=* ?[0-9]+ (passed|failed|error)" "$1" | tail -n 1 |
-              sed -E 's/ in [0-9.]+s.*//; s/=//g; s/^ //'; }
+              sed -E 's/ in [0-9.]+s.*//; s/, [0-9]+ warnings?//; s/=//g; s/^ //'; }
   "$py" -m pytest -q -p no:cacheprovider -m compat_subset > "$work/subset.log" 2>&1 || true
   "$py" -m pytest -q -p no:cacheprovider -m "not compat_subset" tests/test_compat.py \
     tests/test_second_order.py > "$work/rest.log" 2>&1 || true
