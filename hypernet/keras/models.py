@@ -17,7 +17,9 @@ work as they do for any Keras model:
   loss and accuracy after adaptation.
 
 Both are registered Keras serialisables (package ``"hypernet"``): a model built from a
-hypernetwork *kind name* (or a learner name) saves its config and reloads exactly.
+hypernetwork *kind name* (or a learner name) saves its config and reloads exactly. Both
+run several steps per ``tf.function`` call in ``fit()`` unless compiled with
+``steps_per_execution`` (:mod:`hypernet.keras.steps_per_execution`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
+from hypernet.keras.steps_per_execution import AutoStepsPerExecution
 from hypernet.numerics import compat
 
 
@@ -79,7 +82,7 @@ def _kind(spec) -> type:
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class HyperModel(keras.Model):
+class HyperModel(AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``call`` runs ``target`` on weights a hypernetwork generates.
 
   ``model(x)``: ``weights = hypernetwork()``; ``target(x)`` run on them (weights not
@@ -303,7 +306,7 @@ _EPISODE_KEYS = ("support_x", "support_y", "query_x", "query_y")
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class MetaModel(keras.Model):
+class MetaModel(AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``fit()`` meta-trains an inner-loop learner.
 
   Data: a ``tf.data`` dataset of meta-batches, dicts with ``support_x`` ``[T, N*K, ...]``,
@@ -420,14 +423,6 @@ class MetaModel(keras.Model):
 
   trainable_variables = trainable_weights
   non_trainable_variables = non_trainable_weights
-
-  def compile_from_config(self, config):
-    """Compiles a model that ``keras.models.load_model`` rebuilt, as ``compile()`` did
-    before saving (the optimiser with its slots, which the file then fills): a reloaded
-    ``MetaModel`` continues ``fit()`` where the saved one stopped."""
-    self.compile(**keras.saving.deserialize_keras_object(config))
-    if self.optimizer is not None and self.built:
-      self.optimizer.build(self.trainable_variables)
 
   @property
   def metrics(self):
