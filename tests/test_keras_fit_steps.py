@@ -56,16 +56,17 @@ def _weights(model):
 
 
 def test_auto_steps_divide_the_counts_asked_for_and_respect_batch_callbacks():
+  assert spe.MAX_STEPS == 100
   assert spe.auto_steps_per_execution(25) == 25
-  assert spe.auto_steps_per_execution(100) == 25          # not 32: 100 = 4 x 25
+  assert spe.auto_steps_per_execution(250) == 50          # not 100: 250 = 5 x 50
   assert spe.auto_steps_per_execution(100, 30) == 10      # divides both counts
-  assert spe.auto_steps_per_execution(37) == 1            # a prime above the cap
+  assert spe.auto_steps_per_execution(101) == 1           # a prime above the cap
   assert spe.auto_steps_per_execution() == spe.MAX_STEPS  # finite data ends executions
-  assert spe.auto_steps_per_execution(64, callbacks=[_EpochEnd()]) == 32
+  assert spe.auto_steps_per_execution(64, callbacks=[_EpochEnd()]) == 64
   assert spe.auto_steps_per_execution(64, callbacks=[_Batches()]) == 1
   assert spe.auto_steps_per_execution(64, callbacks=[
       keras.callbacks.EarlyStopping(), keras.callbacks.TensorBoard("/tmp/x"),
-      keras.callbacks.ModelCheckpoint("/tmp/x.keras")]) == 32
+      keras.callbacks.ModelCheckpoint("/tmp/x.keras")]) == 64
   assert spe.auto_steps_per_execution(64, callbacks=[
       keras.callbacks.ModelCheckpoint("/tmp/x.keras", save_freq=10)]) == 1
   assert spe.auto_steps_per_execution(64, num_replicas=2) == 1
@@ -74,15 +75,15 @@ def test_auto_steps_divide_the_counts_asked_for_and_respect_batch_callbacks():
 
 
 def test_fit_with_keras_defaults_runs_many_steps_per_call_and_the_same_steps():
-  """100 steps, 2 epochs: 25 steps per call (not Keras' 1), the optimizer at exactly 200
+  """42 steps, 2 epochs: 42 steps per call (not Keras' 1), the optimizer at exactly 84
   steps (no rounding up to whole executions), weights bit-identical to one step per
   call, and evaluate() / predict() back at one step per call afterwards."""
   auto, one = _model(), _model(steps_per_execution=1)
   epochs = _EpochEnd()
-  auto.fit(_data(), steps_per_epoch=100, epochs=2, verbose=0, callbacks=[epochs])
-  one.fit(_data(), steps_per_epoch=100, epochs=2, verbose=0)
-  assert epochs.seen == [25, 25]
-  assert int(auto.optimizer.iterations) == int(one.optimizer.iterations) == 200
+  auto.fit(_data(), steps_per_epoch=42, epochs=2, verbose=0, callbacks=[epochs])
+  one.fit(_data(), steps_per_epoch=42, epochs=2, verbose=0)
+  assert epochs.seen == [42, 42]
+  assert int(auto.optimizer.iterations) == int(one.optimizer.iterations) == 84
   for a, b in zip(_weights(auto), _weights(one)):
     np.testing.assert_array_equal(a, b)
   assert auto.steps_per_execution == 1

@@ -91,6 +91,8 @@ class AutoStepsPerExecution:
   again. ``get_compile_config`` keeps ``"auto"``, so a reloaded model fits the same way.
   """
 
+  _auto_steps = None  # Set by compile(): whether steps_per_execution is "auto".
+
   def compile(self, *args, steps_per_execution="auto", **kwargs):  # pylint: disable=missing-function-docstring
     self._auto_steps = steps_per_execution == "auto"
     self._step_functions = _StepFunctions()
@@ -108,13 +110,13 @@ class AutoStepsPerExecution:
 
   def get_compile_config(self):  # pylint: disable=missing-function-docstring
     config = super().get_compile_config()
-    if config is not None and hasattr(self, "_auto_steps"):
+    if config is not None and self._auto_steps is not None:
       config["steps_per_execution"] = ("auto" if self._auto_steps
                                        else self.steps_per_execution)
     return config
 
   def fit(self, *args, **kwargs):  # pylint: disable=missing-function-docstring
-    if not getattr(self, "_auto_steps", False):
+    if not self._auto_steps:
       return super().fit(*args, **kwargs)
     bound = _FIT_PARAMETERS.bind(self, *args, **kwargs).arguments
     steps = auto_steps_per_execution(
