@@ -53,13 +53,6 @@ def _load_variables(layer, extra, store) -> None:
     v.assign(store[f"{i}"])
 
 
-def _seed_states(model: keras.Model):
-  """The RNG seed states of ``model`` (dropout streams), which Keras' ``.keras`` files do
-  not hold: saved with the model so that a reloaded one continues the same stream
-  (:func:`hypernet.numerics.compat.seed_states`)."""
-  return compat.seed_states(model)
-
-
 def _as_model(value, name: str) -> keras.Model:
   if isinstance(value, dict):
     value = keras.saving.deserialize_keras_object(value)
@@ -260,10 +253,10 @@ class HyperModel(AutoStepsPerExecution, keras.Model):
 
   # -- serialisation --------------------------------------------------------------------
   def save_own_variables(self, store):
-    _save_variables(self, _seed_states(self.target), store)
+    _save_variables(self, compat.seed_states(self.target), store)
 
   def load_own_variables(self, store):
-    _load_variables(self, _seed_states(self.target), store)
+    _load_variables(self, compat.seed_states(self.target), store)
 
   def get_config(self):
     if self._kind_config is None:
@@ -525,10 +518,10 @@ class MetaModel(AutoStepsPerExecution, keras.Model):
   # Meta-SGD's rates and the support generator are tf.Variables of the learner: saved
   # after the model's own variables, with the target's RNG seed states.
   def save_own_variables(self, store):
-    _save_variables(self, self._learner_variables + _seed_states(self.target), store)
+    _save_variables(self, self._learner_variables + compat.seed_states(self.target), store)
 
   def load_own_variables(self, store):
-    _load_variables(self, self._learner_variables + _seed_states(self.target), store)
+    _load_variables(self, self._learner_variables + compat.seed_states(self.target), store)
 
   def get_config(self):
     return {"name": self.name, "trainable": self.trainable,
