@@ -401,3 +401,32 @@ def test_maml_meta_training_lowers_the_held_out_loss_after_adaptation():
   after = np.mean([float(held_out_loss(t)) for t in test_tasks])
   assert after < 0.5 * before, (before, after)
 
+
+def test_meta_batch_of_token_sequences_equals_the_per_task_loop():
+  """A meta-batch whose inputs are dicts (token ids, padding mask) with a leading task
+  axis: meta_batch_loss (tf.map_fn over tasks) and meta_batch_gradients (per-task
+  accumulation, traced) give the mean loss and meta-gradient of a Python loop over the
+  tasks."""
+  keras.utils.set_random_seed(0)
+  model = transformer_block(causal=True)
+  learner = hn.meta.MAML(model, mse, inner_lr=0.3)
+  tasks = [sequence_task(s) for s in (5, 6)]
+  batch = {key: tf.nest.map_structure(lambda *t: tf.stack(t), *[task[i] for task in tasks])
+           for i, key in enumerate(("support_x", "support_y", "query_x", "query_y"))}
+  variables = model.trainable_variables
+  with tf.GradientTape() as tape:
+    want = tf.add_n([query_loss(learner, task, None) for task in tasks]) / len(tasks)
+  want_grads = tape.gradient(want, variables)
+  with tf.GradientTape() as tape:
+    result = hn.meta.meta_batch_loss(learner, batch, query_training=False,
+                                     before_metrics=False)
+  got_grads = tape.gradient(result.loss, variables)
+  accumulated = tf.function(lambda: hn.meta.meta_batch_gradients(
+      learner, batch, variables, query_training=False))()
+  np.testing.assert_allclose(result.loss.numpy(), want.numpy(), rtol=1e-12)
+  np.testing.assert_allclose(accumulated.loss.numpy(), want.numpy(), rtol=1e-12)
+  for v, w, g, a in zip(variables, want_grads, got_grads, accumulated.variable_grads):
+    w = tf.convert_to_tensor(w).numpy()
+    np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(), w, rtol=1e-9, atol=1e-12,
+                               err_msg=v.path)
+    np.testing.assert_allclose(a.numpy(), w, rtol=1e-9, atol=1e-12, err_msg=v.path)
