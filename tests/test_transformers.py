@@ -295,15 +295,19 @@ def test_hypernetwork_generating_the_attention_projections(kind):
     assert g is not None, var.path
     d = rng.normal(size=var.shape)
     base = var.numpy()
-    fd = []
-    for sign in (1, -1):
-      var.assign(base + sign * 1e-6 * d)
-      fd.append(float(loss()))
-    var.assign(base)
-    fd = (fd[0] - fd[1]) / 2e-6
+
+    def central(h):
+      values = []
+      for sign in (1, -1):
+        var.assign(base + sign * h * d)
+        values.append(float(loss()))
+      var.assign(base)
+      return (values[0] - values[1]) / (2 * h)
+
+    fd = (4 * central(1e-5) - central(2e-5)) / 3  # Richardson, as above
     analytic = float(np.sum(tf.convert_to_tensor(g).numpy() * d))
     errors.append(abs(fd - analytic) / max(1.0, abs(analytic)))
-  assert max(errors) < 1e-7, max(errors)
+  assert max(errors) < 1e-8, max(errors)
   assert len(errors) == len(variables) >= len(hnet.trainable_variables) + 10
 
 
@@ -343,8 +347,9 @@ def test_maml_meta_gradient_on_a_transformer_matches_finite_differences():
   keras.utils.set_random_seed(0)
   model = transformer_block(causal=True)
   task = sequence_task(0)
-  learner = hn.meta.MAML(model, mse, inner_lr=0.3, inner_steps=2)
-  fomaml = hn.meta.MAML(model, mse, inner_lr=0.3, inner_steps=2, first_order=True)
+  # inner_lr 0.05: each inner step lowers the support loss (1.07, 1.01, 0.64).
+  learner = hn.meta.MAML(model, mse, inner_lr=0.05, inner_steps=2)
+  fomaml = hn.meta.MAML(model, mse, inner_lr=0.05, inner_steps=2, first_order=True)
   variables = hn.variable_paths(model, trainable=True)
   w0 = {p: tf.convert_to_tensor(v) for p, v in variables.items()}
   meta_loss = tf.function(lambda w: query_loss(learner, task, w))
@@ -358,21 +363,25 @@ def test_maml_meta_gradient_on_a_transformer_matches_finite_differences():
   loss, grads = meta_gradient(learner)
   fo_loss, fo_grads = meta_gradient(fomaml)
   np.testing.assert_allclose(fo_loss.numpy(), loss.numpy(), rtol=1e-12)
-  eps, got, fd, fo = 1e-5, [], [], []
+  got, fd, fo = [], [], []
   for p in variables:
     flat = w0[p].numpy().ravel()
     for i in range(0, flat.size, max(1, flat.size // 3)):
-      bump = np.zeros_like(flat)
-      bump[i] = eps
-      plus = dict(w0, **{p: tf.constant((flat + bump).reshape(w0[p].shape))})
-      minus = dict(w0, **{p: tf.constant((flat - bump).reshape(w0[p].shape))})
-      fd.append((float(meta_loss(plus)) - float(meta_loss(minus))) / (2 * eps))
+      def central(h):
+        bump = np.zeros_like(flat)
+        bump[i] = h
+        plus = dict(w0, **{p: tf.constant((flat + bump).reshape(w0[p].shape))})
+        minus = dict(w0, **{p: tf.constant((flat - bump).reshape(w0[p].shape))})
+        return (float(meta_loss(plus)) - float(meta_loss(minus))) / (2 * h)
+      # Richardson: the third derivatives are large here (curvature dominates the
+      # meta-gradient), so plain central differences at 1e-5 err by ~4e-7 of its norm.
+      fd.append((4 * central(1e-5) - central(2e-5)) / 3)
       got.append(float(tf.reshape(tf.convert_to_tensor(grads[p]), [-1])[i]))
       fo.append(float(tf.reshape(tf.convert_to_tensor(fo_grads[p]), [-1])[i]))
   got, fd, fo = map(np.array, (got, fd, fo))
   scale = np.linalg.norm(fd)
   assert len(fd) > 50 and scale > 1e-2
-  assert np.abs(got - fd).max() <= 1e-6 * scale, (np.abs(got - fd).max(), scale)
+  assert np.abs(got - fd).max() <= 1e-9 * scale, (np.abs(got - fd).max(), scale)
   assert np.linalg.norm(fo - fd) > 1e-2 * scale, (np.linalg.norm(fo - fd), scale)
 
 
