@@ -13,7 +13,11 @@ and a ``keras_hub.models.BertBackbone`` built from a tiny config run through
   parameters;
 * second-order MAML on the block: the meta-gradient against central differences of the
   query loss after adaptation, measurably different from first-order MAML's; a few
-  meta-steps lower the post-adaptation loss on held-out tasks.
+  meta-steps lower the post-adaptation loss on held-out tasks; Meta-SGD, LSLR, an Adam
+  inner rule, recomputed inner steps and ANIL likewise (along a random direction);
+* a meta-batch of dict inputs (token ids, padding mask) against the per-task loop.
+
+docs/transformers.md is the table of what this tests, with the measured errors.
 """
 import keras
 import numpy as np
