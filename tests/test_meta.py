@@ -414,6 +414,46 @@ def test_unrecorded_second_order_inner_gradient_raises():
   np.testing.assert_allclose(grad, [-5.6], rtol=1e-5)
 
 
+def test_second_order_inner_loop_takes_nested_inputs():
+  """A target with dict inputs (as a transformer's token ids and padding mask):
+  f = theta * x * s on the toy problem (support x = s = y = 1, query y = 3, alpha 0.1)
+  gives the meta-gradient -4.48 eagerly (the eager check of the inner gradient's ops
+  traces one inner step on the inputs' structure) and traced."""
+  x_in, s_in = keras.Input((1,), name="x"), keras.Input((1,), name="s")
+  dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros", name="w")
+  model = keras.Model({"x": x_in, "s": s_in}, dense(x_in) * s_in)
+  learner = inner_loop.MAML(model, squared_error, inner_lr=0.1)
+  inputs = {"x": tf.ones([1, 1]), "s": tf.ones([1, 1])}
+
+  def meta_gradient():
+    with tf.GradientTape() as tape:
+      fast, _ = learner.adapt(inputs, tf.constant([1.0]))
+      loss = squared_error(tf.constant([3.0]), functional.functional_call(model, fast, inputs))
+    return tape.gradient(loss, model.trainable_variables)[0]
+
+  for call in (meta_gradient, tf.function(meta_gradient)):
+    np.testing.assert_allclose(call().numpy(), [[-4.48]], rtol=1e-5)
+
+
+def _branching_squared_error(y, f):
+  """squared_error, after a Python ``if`` on a tensor (a trace needs AutoGraph)."""
+  if tf.reduce_sum(tf.abs(f)) > 1e6:
+    return tf.zeros([], f.dtype)
+  return squared_error(y, f)
+
+
+def test_eager_inner_gradient_check_traces_with_autograph_where_the_loss_needs_it():
+  """The eager second-order check traces one inner step without AutoGraph (seconds
+  faster on Keras models: 7 of a small transformer's 9 s); a loss that branches in
+  Python on a tensor fails there, and the check traces it again with AutoGraph: the toy
+  meta-gradient -4.48, eagerly."""
+  with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+    tf.function(_branching_squared_error, autograph=False)(tf.ones([1]), tf.ones([1, 1]))
+  learner = inner_loop.MAML(toy_target("dense"), _branching_squared_error, inner_lr=0.1)
+  _, _, (grad,) = toy_meta_step(learner, "dense")
+  np.testing.assert_allclose(grad, [-4.48], rtol=1e-5)
+
+
 def test_bad_arguments():
   model = toy_target("dense")
   with pytest.raises(ValueError, match="inner_steps"):

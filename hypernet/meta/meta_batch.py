@@ -38,6 +38,9 @@ Q queries per class:
   ``support_y``: ``[T, N*K]`` int class ids in ``[0, N)`` (or ``[T, N*K, ...]`` targets)
   ``query_x``:   ``[T, N*Q, ...]``
   ``query_y``:   ``[T, N*Q]``
+
+An input entry may also be a nest (dict, tuple) of such tensors, for a target with
+several inputs (a transformer's ``{"token_ids": [T, N*K, L], "padding_mask": ...}``).
 """
 from __future__ import annotations
 
@@ -97,16 +100,24 @@ def _check_batch(batch: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   if missing:
     raise ValueError(f"batch lacks {missing}; a meta-batch is a dict with keys "
                      f"{list(BATCH_KEYS)} (support/query of shape [T, examples, ...]).")
-  out = {k: tf.convert_to_tensor(batch[k]) for k in BATCH_KEYS}
-  for k, v in out.items():
+  # An entry may be a nest of tensors (a multi-input target's inputs: a dict of token ids
+  # and padding mask), each with the leading task axis.
+  out = {k: tf.nest.map_structure(tf.convert_to_tensor, batch[k]) for k in BATCH_KEYS}
+  leaves = {repr(k) + "".join(f"[{p!r}]" for p in path): v for k in BATCH_KEYS
+            for path, v in keras.tree.flatten_with_path(out[k])}
+  for k, v in leaves.items():
     if v.shape.rank is not None and v.shape.rank < 2:
-      raise ValueError(f"batch[{k!r}] has shape {v.shape}; expected [T, examples, ...] "
+      raise ValueError(f"batch[{k}] has shape {v.shape}; expected [T, examples, ...] "
                        "with T tasks in the meta-batch.")
-  t = {k: v.shape[0] for k, v in out.items()}
+  t = {k: v.shape[0] for k, v in leaves.items()}
   if len({n for n in t.values() if n is not None}) > 1:
     raise ValueError(f"batch entries disagree on the number of tasks T: {t}.")
   return out
 
+
+def _task(entry, i):
+  """Task ``i`` of a batch entry (a tensor or a nest of them)."""
+  return tf.nest.map_structure(lambda t: tf.gather(t, i), entry)
 
 
 def _query_metrics(model, loss_fn, qx, qy, out_after, loss_after, init, state, query_training,
@@ -357,7 +368,7 @@ def meta_batch_gradients(learner, batch: Mapping[str, tf.Tensor],
     accuracy = learner.loss_fn is losses.sparse_softmax_cross_entropy
   weights = {p: tf.convert_to_tensor(w) for p, w in (weights or {}).items()}
   state = _target_state(learner.model, state)
-  num_tasks = tf.shape(batch["support_x"], out_type=tf.int32)[0]
+  num_tasks = tf.shape(tf.nest.flatten(batch["support_x"])[0], out_type=tf.int32)[0]
   if task_weight is None:
     task_weight = 1.0 / tf.cast(num_tasks, tf.float64)
   one_task = _TaskGradients(learner, batch, variables, weights, state, task_weight,
@@ -425,7 +436,7 @@ class _TaskGradients:
     return out, new_state, loss, objective * tf.cast(self.task_weight, loss.dtype)
 
   def __call__(self, i, token=None):
-    sx, sy, qx, qy = (tf.gather(self.batch[k], i) for k in BATCH_KEYS)
+    sx, sy, qx, qy = (_task(self.batch[k], i) for k in BATCH_KEYS)
     sources = self.sources()
     # Watches the trainable variables read in the task (the gradient is asked for
     # ``variables`` only) and the given weights. Unstaggered: the whole task; staggered:
