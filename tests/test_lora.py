@@ -193,3 +193,30 @@ def test_hypermodel_fits_saves_loads_in_a_new_process_and_merges(tmp_path):
                              model.predict((x[:8], np.full(8, 2, "int32")), verbose=0),
                              rtol=1e-5, atol=1e-5)
   assert not any(isinstance(l, hn.HyperModel) for l in merged.layers)
+
+
+@pytest.mark.parametrize("generator", ["mlp", "table"])
+def test_mixed_precision_adds_the_update_to_the_base_in_float32(generator):
+  """Under mixed_bfloat16 the factors may be computed in bfloat16, but W_0 + A @ B is
+  formed in float32: a small update added in bfloat16 rounds away against W_0 (relative
+  error of the update above 1 before the fix)."""
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), L.Dense(16, name="d")])
+    hnet, values = _lora(model, rank=2, generator=generator, num_conditions=2,
+                         condition_dim=4)
+    if generator == "table":
+      hnet.factor_b["d/kernel"].assign(np.full((2, 2, 16), 1e-3))
+    else:
+      head = hnet.generator.head
+      head.bias.assign(np.full(head.bias.shape, 1e-3))
+    w = hnet(1)["d/kernel"]                       # through Keras' __call__ (autocast)
+    a, b = hnet.factors(1)["d/kernel"]
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert w.dtype == tf.float32
+  expected = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
+  update = w.numpy() - values["d/kernel"]
+  assert np.max(np.abs(update - expected)) < 1e-3 * np.max(np.abs(expected)), (
+      np.max(np.abs(update - expected)), np.max(np.abs(expected)))

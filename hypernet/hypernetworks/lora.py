@@ -106,10 +106,16 @@ class LoRAHypernetwork(base.Hypernetwork):
                embedding_dim: int = 8, train_base: bool = False, num_conditions: int = 0,
                condition_dim: int = 0, seed: int = 0, dtype=None, name: str = "hypernetwork"):
     table = generator == "table"
+    # W_0 + delta is computed in the variables' dtype (float32 under a mixed policy: a
+    # small update added in bfloat16 would round away against W_0), so this layer's own
+    # policy is that dtype (Keras would otherwise autocast W_0 inside calls); the MLP
+    # generator computes the factors in the given policy.
+    policy = (keras.dtype_policies.get(dtype) if dtype is not None
+              else keras.config.dtype_policy())
     # The table holds one factor pair per id: no embedding table of the base class.
     super().__init__(target_spec, num_conditions=0 if table else num_conditions,
-                     condition_dim=0 if table else condition_dim, seed=seed, dtype=dtype,
-                     name=name)
+                     condition_dim=0 if table else condition_dim, seed=seed,
+                     dtype=policy.variable_dtype, name=name)
     if generator not in GENERATORS:
       raise ValueError(f"generator={generator!r} is unknown; choose one of {GENERATORS}.")
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
@@ -165,7 +171,7 @@ class LoRAHypernetwork(base.Hypernetwork):
       spec = weight_roles.WeightSpec(spec, {q: weight_roles.WeightRole("other") for q in spec})
       self.generator = MLPHypernetwork(
           spec, target_values=values, embedding_dim=embedding_dim, hidden=tuple(hidden),
-          condition_dim=self.condition_dim, seed=seed + 17, dtype=self.dtype_policy,
+          condition_dim=self.condition_dim, seed=seed + 17, dtype=policy,
           name=f"{name}_factors")
       kernel, bias = self.generator.head.kernel, self.generator.head.bias
       k, b = kernel.numpy(), bias.numpy()
@@ -226,15 +232,14 @@ class LoRAHypernetwork(base.Hypernetwork):
   def generate(self, condition) -> Dict[str, tf.Tensor]:
     """``W_0 + scale * A @ B`` for each adapted weight (condition: vectors or ids)."""
     out = {}
-    gate = tf.cast(self.base_gate, self.compute_dtype)
     for p, shape_p, (a, b) in zip(self.paths, self.shapes, self._factors(condition).values()):
-      w0 = tf.cast(self.base_weights[p], self.compute_dtype)
+      w0 = tf.convert_to_tensor(self.base_weights[p])
       if self.train_base:  # Gradient to W_0 only while the gate is 1.
+        gate = tf.cast(self.base_gate, w0.dtype)
         w0 = gate * w0 + (1.0 - gate) * tf.stop_gradient(w0)
       delta = tf.matmul(a, b)                                  # [.., m, n]
-      shape = tf.concat([tf.shape(delta)[:-2],
-                         tf.constant(shape_p, tf.int32)], 0)
-      w = w0 + self.scale * tf.reshape(delta, shape)
+      shape = tf.concat([tf.shape(delta)[:-2], tf.constant(shape_p, tf.int32)], 0)
+      w = w0 + self.scale * tf.cast(tf.reshape(delta, shape), w0.dtype)
       dtype = self.dtypes[self.paths.index(p)]
       out[p] = tf.cast(w, dtype) if w.dtype != dtype else w
     return out
