@@ -44,8 +44,13 @@ if __package__ in (None, ""):  # Run as a file (python experiments/continual.py)
   sys.path.insert(0, REPO)
 from experiments import seed_runs  # pylint: disable=g-import-not-at-top
 BENCHMARKS = ("split", "permuted")
-METHODS = ("hnet", "finetune", "ewc", "independent")
+METHODS = ("hnet", "finetune", "ewc", "independent", "lora_hnet", "lora_independent")
+# Run by default: the four methods every benchmark and data set has a config for; the
+# low-rank adapters (configs/split_mnist_lora_*.py) on request (--methods).
+DEFAULT_METHODS = METHODS[:4]
 LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
+          "lora_hnet": "generated LoRA adapters (HNET over A, B)",
+          "lora_independent": "independent LoRA adapters",
           "ewc": "online EWC", "independent": "independent networks"}
 # --dataset: (the configs' name part, the name in tables and plots, the plots' file prefix).
 DATASETS = {"fashion_mnist": ("fmnist", "Fashion-MNIST", ""),
@@ -144,8 +149,8 @@ def table(results: dict, seeds, dataset: str = "fashion_mnist") -> str:
               f"{'/'.join(map(str, counts))})",
               "",
               "| method | CL1 final | CL1 during | CL1 forgetting | CL3 final | CL3 forgetting "
-              "| compression | wall time (s) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| trained parameters | compression | wall time (s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     seeds_lines = ["", "Each seed, final accuracy with its binomial CI95 (seeds "
                    f"{', '.join(map(str, seeds))}):", "",
                    "| method | CL1 final per seed | CL3 final per seed |", "|---|---|---|"]
@@ -157,7 +162,8 @@ def table(results: dict, seeds, dataset: str = "fashion_mnist") -> str:
           f"| {LABELS[method]} | {_fmt(get('cl1/final_accuracy'))} | "
           f"{_fmt(get('cl1/during_accuracy'))} | {_fmt(get('cl1/forgetting'))} | "
           f"{_fmt(get('cl3/final_accuracy'))} | {_fmt(get('cl3/forgetting'))} | "
-          f"{comp} | {np.mean(get('wall_time_sec')):.0f} |")
+          f"{runs[0].get('params/trainable', 0):,} | {comp} | "
+          f"{np.mean(get('wall_time_sec')):.0f} |")
       seeds_lines.append(f"| {LABELS[method]} | {_per_seed(runs, 'cl1/final_accuracy')} | "
                          f"{_per_seed(runs, 'cl3/final_accuracy')} |")
     lines += seeds_lines + [""]
@@ -262,7 +268,7 @@ def main():
   parser.add_argument("--root", default="/tmp/hypernet/continual", help="workdirs go here")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--benchmarks", default=",".join(BENCHMARKS))
-  parser.add_argument("--methods", default=",".join(METHODS),
+  parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                       help="methods to run (the others' finished runs are still read)")
   parser.add_argument("--no-run", dest="run", action="store_false",
                       help="only read finished runs")

@@ -43,6 +43,7 @@ _EXPORTS = {
     "select_paths": "hypernet.core.functional:select_paths",
     "weight_spec": "hypernet.core.functional:weight_spec",
     "assign_state": "hypernet.core.functional:assign_state",
+    "merged_model": "hypernet.core.functional:merged_model",
     "WeightSpec": "hypernet.core.weight_roles:WeightSpec",
     "WeightRole": "hypernet.core.weight_roles:WeightRole",
     "weight_roles": "hypernet.core.weight_roles:weight_roles",
@@ -59,6 +60,7 @@ _EXPORTS = {
     "MLPHypernetwork": "hypernet.hypernetworks.mlp:MLPHypernetwork",
     "ChunkedHypernetwork": "hypernet.hypernetworks.chunked:ChunkedHypernetwork",
     "StaticHypernetwork": "hypernet.hypernetworks.static:StaticHypernetwork",
+    "LoRAHypernetwork": "hypernet.hypernetworks.lora:LoRAHypernetwork",
     "batched_functional_call": "hypernet.hypernetworks.batched:batched_functional_call",
     # Keras-native training (compile / fit).
     "HyperModel": "hypernet.keras.models:HyperModel",

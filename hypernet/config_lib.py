@@ -1044,6 +1044,9 @@ def _continual_defaults(c) -> None:
   c.continual.task_inference = "entropy"  # CL3: entropy (HNET+ENT; heads' arg-max for
                                        # finetune / ewc) | ppca (per-task input densities)
   c.continual.ppca_components = 20     # ppca: principal components per task
+  c.continual.freeze_base_after = 0    # hnet with hypernet.kind lora, train_base: the
+                                       # adapters' base W_0 trains on the first this many
+                                       # tasks, then stays frozen (0: never frozen)
 
 
 def _meta_defaults(c) -> None:

@@ -100,3 +100,12 @@ def test_own_hypernetwork_kind_trains_through_keras_fit(tmp_path):
   accuracy = float(out.stdout.strip().rpartition(": ")[2])
   assert accuracy > 0.85, out.stdout[-2000:]  # 397 held-out digits; chance: 0.10
   assert (tmp_path / "lowrank.keras").exists()
+
+
+def test_generated_adapters_fit_new_tasks_on_a_frozen_transformer():
+  result = _load("generated_adapters").main(epochs=10)
+  before, after = result["before"], result["after"]
+  assert after[0] > 0.85, result            # the base's own task stays learned
+  for k in (1, 3):                          # mirrored, transposed: the base fails them
+    assert after[k] > before[k] + 0.3 and after[k] > 0.75, result
+  assert abs(result["merged"] - after[2]) < 1e-6, result   # the merged plain model

@@ -45,9 +45,9 @@ def _config(kind):
 
 
 def test_the_registry_lists_the_kinds_and_the_schema_reads_the_same_ones():
-  assert KINDS == ("chunked", "mlp", "static")
+  assert KINDS == ("chunked", "lora", "mlp", "static")
   assert {n: c.__name__ for n, c in base.KINDS.items()} == {
-      "chunked": "ChunkedHypernetwork", "mlp": "MLPHypernetwork",
+      "chunked": "ChunkedHypernetwork", "lora": "LoRAHypernetwork", "mlp": "MLPHypernetwork",
       "static": "StaticHypernetwork"}
   twin = config_lib.SELECTED_GROUPS["hypernet"][1]
   assert (twin.family, twin.field, twin.package, twin.base) == (
@@ -101,7 +101,7 @@ def test_validation_reads_the_kinds_without_tensorflow(own_kind_on_path):
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                        text=True, timeout=120, cwd=REPO)
   assert out.returncode == 0, out.stderr[-2000:]
-  assert "TF-FREE ('none', 'chunked', 'mlp', 'static')" in out.stdout
+  assert "TF-FREE ('none', 'chunked', 'lora', 'mlp', 'static')" in out.stdout
 
 
 def test_a_plugin_kinds_own_fields_are_accepted_and_others_refused(own_kind_on_path):

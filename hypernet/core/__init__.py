@@ -4,6 +4,7 @@
   ``stateless_call``), returning its outputs and optionally its new non-trainable state;
 * :func:`variable_paths`, :func:`select_paths`, :func:`weight_spec` - how weights are
   addressed (``"conv1/kernel"``) and described (shapes, dtypes, roles);
+  :func:`merged_model` - given weights written into a plain Keras clone (export);
 * :class:`WeightSource` - the protocol of what produces a target's weights;
 * :func:`override_value` and friends - replace a tensor's value, keep its gradient path
   (straight-through), and the quantisers built on it.
@@ -12,8 +13,8 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # For readers and the API reference; at run time: __getattr__ below.
-  from hypernet.core.functional import (assign_state, functional_call, select_paths,
-                                        variable_paths, weight_spec)
+  from hypernet.core.functional import (assign_state, functional_call, merged_model,
+                                        select_paths, variable_paths, weight_spec)
   from hypernet.core.ops import (binary, int8, layer_paths, override_layer_outputs,
                                  override_value, quantize_weights, set_mean, set_slice,
                                  ternary, to_dtype)
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # For readers and the API reference; at run time: __getattr__
 
 __all__ = [
     "IdentitySource", "WeightRole", "WeightSource", "WeightSpec", "assign_state", "binary",
-    "functional_call", "int8", "layer_paths", "override_layer_outputs", "override_value",
+    "functional_call", "int8", "layer_paths", "merged_model", "override_layer_outputs",
+    "override_value",
     "quantize_weights", "select_paths", "set_mean", "set_slice", "ternary", "to_dtype",
     "variable_paths", "weight_spec",
 ]
@@ -35,6 +37,7 @@ _MODULES = {
     "IdentitySource": "source", "WeightSource": "source",
     "WeightRole": "weight_roles", "WeightSpec": "weight_roles",
     "assign_state": "functional", "functional_call": "functional",
+    "merged_model": "functional",
     "select_paths": "functional", "variable_paths": "functional",
     "weight_spec": "functional",
 }

@@ -337,6 +337,43 @@ def assign_state(model: keras.Model, state: Weights) -> None:
     variables[path].assign(value)
 
 
+def merged_model(model: keras.Model, weights: Optional[Weights] = None) -> keras.Model:
+  """A plain Keras model holding ``weights``: ``keras.models.clone_model(model)`` with
+  each given path's tensor written into the clone (the others copied from ``model``), so
+  it runs, saves and loads without hypernet (e.g. generated adapters merged into the
+  base for export).
+
+  Args:
+    model: a built Keras model.
+    weights: ``{path: tensor}`` of the variable shapes (``None``: the model's own).
+
+  Returns:
+    A built ``keras.Model`` whose outputs equal ``functional_call(model, weights, x)``.
+
+  Raises:
+    ValueError: a path the model lacks (lists them), a tensor of another shape (a batch
+      of weight sets: pick one), a clone whose variables do not map one to one.
+  """
+  variables = variable_paths(model)
+  weights = dict(weights or {})
+  unknown = [p for p in weights if p not in variables]
+  if unknown:
+    raise ValueError(f"merged_model: {unknown} are not variables of {model.name!r}; "
+                     f"known: {list(variables)}.")
+  clone = keras.models.clone_model(model)
+  if len(clone.variables) != len(variables):
+    raise ValueError(f"keras.models.clone_model({model.name!r}) has {len(clone.variables)} "
+                     f"variables, the model {len(variables)}: cannot map the weights.")
+  for (path, source), var in zip(variables.items(), clone.variables):
+    value = tf.convert_to_tensor(weights.get(path, source))
+    if tuple(value.shape) != tuple(var.shape):
+      raise ValueError(f"Weight {path!r}: shape {tuple(value.shape)} does not fit the "
+                       f"variable of shape {tuple(var.shape)} (a batch of weight sets: "
+                       "pick one).")
+    var.assign(tf.cast(value, var.dtype))
+  return clone
+
+
 def all_reduce_state(state: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   """Makes the non-trainable state returned by :func:`functional_call` agree across
   replicas before it is written (:func:`assign_state`).

@@ -404,6 +404,8 @@ class ContinualTask(protocol.Task):
     writer.scalars(step, {**{f"cl/acc_task_{k}": float(row1[k]) for k in range(done + 1)},
                           **{f"cl3/acc_task_{k}": float(row3[k]) for k in range(done + 1)}},
                    "eval")
+    if done + 1 == int(self.config.continual.freeze_base_after):
+      self.hnet.freeze_base()   # A LoRA base trained on the first tasks (_check_config).
     if done + 1 < self.num_tasks:
       self._prepare_next_task(done)
       _reset_optimizer_slots(trainer.optimizer)
@@ -478,6 +480,14 @@ def _check_config(config) -> None:
         f"config.num_steps={config.num_steps} must be at most config.continual.num_tasks "
         f"* steps_per_task = {T * steps_per_task} (the whole sequence; fewer stops "
         "inside it, and a rerun with more resumes there).")
+  freeze = int(cc.freeze_base_after)
+  if freeze and not (cc.method == "hnet" and config.hypernet.kind == "lora"
+                     and config.hypernet.train_base and 0 < freeze < T):
+    raise ValueError(
+        f"config.continual.freeze_base_after={freeze} freezes the base of generated "
+        "low-rank adapters after that many tasks: it needs continual.method='hnet', "
+        "hypernet.kind='lora', hypernet.train_base=True and a value in [1, num_tasks); "
+        "set it to 0 otherwise.")
   if config.num_steps < T * steps_per_task:
     done, rest = divmod(config.num_steps, steps_per_task)
     learned = (f"learns tasks 0..{done - 1}" if done else "completes no task") + (

@@ -30,7 +30,6 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
     ValueError: the task has no ``target``; ExportConditionError (a ValueError):
       ``condition`` is out of range.
   """
-  import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
   from hypernet.tasks import protocol  # pylint: disable=g-import-not-at-top
@@ -38,27 +37,18 @@ def target_for_export(task, condition: Optional[int] = None) -> keras.Model:
   target = task.target
   if target is None:
     raise ValueError(f"Task {type(task).__name__} has no target network to export.")
-  weights = task.summary_weights()
-  clone = keras.models.clone_model(target)
-  paths = list(functional.variable_paths(target))
-  if len(clone.variables) != len(paths):
-    raise ValueError(f"keras.models.clone_model({target.name!r}) has {len(clone.variables)} "
-                     f"variables, the target {len(paths)}: cannot map the weights.")
-  for path, source_var, var in zip(paths, functional.variable_paths(target).values(),
-                                   clone.variables):
-    value = tf.convert_to_tensor(weights.get(path, source_var))
-    if value.shape.rank == len(var.shape) + 1:  # One weight set per condition.
-      count = int(value.shape[0])
+  variables = functional.variable_paths(target)
+  weights = {p: w for p, w in task.summary_weights().items() if p in variables}
+  for path, value in weights.items():
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank == len(variables[path].shape) + 1:
+      count = int(value.shape[0])   # One weight set per condition.
       index = 0 if condition is None else int(condition)
       if not 0 <= index < count:
         raise ExportConditionError(f"condition={condition} is out of range: the "
                                    f"hypernetwork has {count} conditions, [0, {count}).")
-      value = value[index]
-    if tuple(value.shape) != tuple(var.shape):
-      raise ValueError(f"Weight {path!r}: shape {tuple(value.shape)} does not fit the "
-                       f"cloned variable {var.path} of shape {tuple(var.shape)}.")
-    var.assign(tf.cast(value, var.dtype))
-  return clone
+      weights[path] = value[index]
+  return functional.merged_model(target, weights)
 
 
 class ExportPathError(ValueError):

@@ -1,0 +1,222 @@
+"""Generated low-rank adapters (hypernet/hypernetworks/lora.py): the values against NumPy,
+B = 0 at the start, the frozen base, gradients against float64 finite differences through
+attention, hn.keras (fit, save / load in a new process), the config and the merged export."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hypernet as hn
+from hypernet.hypernetworks import lora
+
+L = keras.layers
+F64 = "float64"
+
+
+def _attention_target(dtype="float32"):
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((5, 8), dtype=dtype)
+  h = L.MultiHeadAttention(2, 4, name="mha", dtype=dtype)(inputs, inputs)
+  h = L.LayerNormalization(name="ln", dtype=dtype)(h + inputs)
+  h = L.Dense(16, activation="gelu", name="ff", dtype=dtype)(h)
+  h = L.Dense(3, name="out", dtype=dtype)(L.GlobalAveragePooling1D(dtype=dtype)(h))
+  return keras.Model(inputs, h)
+
+
+def _lora(model, patterns="*kernel", **kwargs):
+  spec = hn.weight_spec(model, patterns)
+  values = {p: v.numpy() for p, v in hn.variable_paths(model).items() if p in spec}
+  return lora.LoRAHypernetwork(spec, target_values=values, **kwargs), values
+
+
+def _randomize_b(hnet, seed=1):
+  """Gives B non-zero values (it starts at zero), so the adapters change the weights."""
+  rng = np.random.default_rng(seed)
+  if hnet.generator is None:
+    for v in hnet.factor_b.values():
+      v.assign(rng.normal(0, 0.3, v.shape))
+  else:
+    head = hnet.generator.head
+    head.kernel.assign(rng.normal(0, 0.3, head.kernel.shape))
+    head.bias.assign(rng.normal(0, 0.3, head.bias.shape))
+
+
+def test_matrix_split_reads_each_layer_as_lora_does():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6, 6, 2)), L.Conv2D(4, 3, name="conv"),
+                            L.Reshape((16, 4)), L.Dense(5, name="dense")])
+  roles = hn.weight_roles(model)
+  assert lora.matrix_split((3, 3, 2, 4), roles["conv/kernel"]) == 3      # [18, 4]
+  assert lora.matrix_split((4, 5), roles["dense/kernel"]) == 1
+  target = _attention_target()
+  roles = hn.weight_roles(target)
+  q, o = hn.variable_paths(target)["mha/query/kernel"], hn.variable_paths(target)[
+      "mha/attention_output/kernel"]
+  assert lora.matrix_split(q.shape, roles["mha/query/kernel"]) == 1        # [d, h*k]
+  assert lora.matrix_split(o.shape, roles["mha/attention_output/kernel"]) == 2  # [h*k, d]
+  emb = keras.Sequential([keras.Input((3,), dtype="int32"), L.Embedding(11, 4, name="emb")])
+  assert lora.matrix_split((11, 4), hn.weight_roles(emb)["emb/embeddings"]) == 1
+  assert lora.matrix_split((7, 3, 5)) == 2                                 # no role
+  with pytest.raises(ValueError, match="rank >= 2"):
+    lora.matrix_split((7,))
+
+
+@pytest.mark.parametrize("generator", ["mlp", "table"])
+def test_starts_at_the_base_and_equals_numpy_w0_plus_scaled_ab(generator):
+  model = _attention_target()
+  hnet, values = _lora(model, rank=2, scale=0.5, generator=generator, num_conditions=3,
+                       condition_dim=4)
+  for p, w in hnet(1).items():            # B = 0: W' = W_0 exactly.
+    np.testing.assert_array_equal(w.numpy(), values[p])
+  _randomize_b(hnet)
+  ids = tf.constant([0, 2])
+  weights, factors = hnet(ids), hnet.factors(ids)
+  for p, w in weights.items():
+    a, b = (t.numpy().astype(np.float64) for t in factors[p])
+    expected = values[p][None] + 0.5 * np.einsum("smr,srn->smn", a, b).reshape(w.shape)
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5, atol=1e-6)
+    m, n = hnet.matrix_shapes[p]
+    assert a.shape == (2, m, 2) and b.shape == (2, 2, n)
+  assert float(np.max(np.abs(weights["mha/query/kernel"][0] - weights["mha/query/kernel"][1]))) > 1e-3
+
+
+def test_frozen_base_gets_no_gradient_and_train_base_stops_at_freeze():
+  model = _attention_target()
+  x = tf.constant(np.random.default_rng(0).normal(size=(4, 5, 8)), tf.float32)
+
+  def base_grads(hnet):
+    with tf.GradientTape() as tape:
+      y = hn.functional_call(model, hnet(0), x)
+      loss = tf.reduce_sum(y ** 2)
+    grads = tape.gradient(loss, [hnet.base_weights[p] for p in hnet.paths])
+    return [None if g is None else float(tf.reduce_max(tf.abs(g))) for g in grads]
+
+  frozen, _ = _lora(model, rank=2, num_conditions=2, condition_dim=4)
+  assert not any(v.trainable for v in frozen.base_weights.values())
+  assert all(id(v) not in {id(t) for t in frozen.trainable_variables}
+             for v in frozen.base_weights.values())
+  trained, _ = _lora(model, rank=2, num_conditions=2, condition_dim=4, train_base=True)
+  assert all(g and g > 0 for g in base_grads(trained))
+  trained.freeze_base()
+  assert all(g is None or g == 0 for g in base_grads(trained))
+
+
+def test_gradients_through_attention_match_float64_finite_differences():
+  keras.config.set_floatx(F64)
+  try:
+    model = _attention_target(F64)
+    hnet, _ = _lora(model, rank=2, num_conditions=2, condition_dim=3, hidden=(5,),
+                    embedding_dim=2, dtype=F64)
+    _randomize_b(hnet)
+  finally:
+    keras.config.set_floatx("float32")
+  x = tf.constant(np.random.default_rng(0).normal(size=(3, 5, 8)), tf.float64)
+
+  def loss():
+    return tf.reduce_sum(tf.sin(hn.functional_call(model, hnet(1), x)))
+
+  variables = hnet.trainable_variables
+  with tf.GradientTape() as tape:
+    value = loss()
+  grads = tape.gradient(value, variables)
+  rng = np.random.default_rng(2)
+  for v, g in zip(variables, grads):
+    direction = rng.normal(size=v.shape)
+    eps, v0 = 1e-6, v.numpy()
+    v.assign(v0 + eps * direction)
+    up = float(loss())
+    v.assign(v0 - eps * direction)
+    down = float(loss())
+    v.assign(v0)
+    numeric = (up - down) / (2 * eps)
+    analytic = float(np.sum(tf.convert_to_tensor(g).numpy() * direction)) if g is not None else 0.0
+    assert abs(analytic - numeric) <= 1e-6 * max(1.0, abs(numeric)), (v.name, analytic,
+                                                                        numeric)
+
+
+def test_rank_table_and_kernel_checks_name_the_fix():
+  model = _attention_target()
+  with pytest.raises(ValueError, match="rank must be an int >= 1"):
+    _lora(model, rank=0)
+  with pytest.raises(ValueError, match="generator='nope' is unknown"):
+    _lora(model, generator="nope")
+  with pytest.raises(ValueError, match="set num_conditions"):
+    _lora(model, generator="table", condition_dim=4)
+  with pytest.raises(ValueError, match="need kernels"):
+    lora.LoRAHypernetwork.check_target_spec({"out/bias": (3,)})
+  hnet, _ = _lora(model, generator="table", num_conditions=2)
+  with pytest.raises(ValueError, match=r"out of range.*\[0, 2\)"):
+    hnet(5)
+
+
+def test_hypermodel_fits_saves_loads_in_a_new_process_and_merges(tmp_path):
+  target = _attention_target()
+  model = hn.HyperModel(target, "lora", targets="*kernel", train_rest=False,
+                        hypernetwork_args=dict(rank=2, num_conditions=3, condition_dim=4,
+                                               hidden=(8,)))
+  counts = model.parameter_counts()
+  assert counts["trainable"] == counts["hypernetwork"]   # Nothing of the base trains.
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(96, 5, 8)).astype("float32")
+  task = rng.integers(0, 3, 96).astype("int32")
+  y = ((x.mean((1, 2)) > 0).astype("int32") + task) % 3
+  model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  before = model.evaluate((x, task), y, verbose=0)
+  base = {p: v.numpy() for p, v in model.hypernetwork.base_weights.items()}
+  model.fit((x, task), y, epochs=8, batch_size=32, verbose=0)
+  assert model.evaluate((x, task), y, verbose=0) < before - 0.05
+  for p, v in model.hypernetwork.base_weights.items():   # The base stayed frozen.
+    np.testing.assert_array_equal(v.numpy(), base[p])
+  path = str(tmp_path / "lora.keras")
+  model.save(path)
+  expected = model.predict((x[:8], task[:8]), verbose=0)
+  np.save(tmp_path / "x.npy", x[:8])
+  np.save(tmp_path / "t.npy", task[:8])
+  code = (f"import numpy as np, keras, hypernet\n"
+          f"m = keras.models.load_model({path!r})\n"
+          f"p = m.predict((np.load({str(tmp_path / 'x.npy')!r}), "
+          f"np.load({str(tmp_path / 't.npy')!r})), verbose=0)\n"
+          f"np.save({str(tmp_path / 'p.npy')!r}, p)\n")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=str(tmp_path),
+                 env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+                     os.path.abspath(hn.__file__)))))
+  np.testing.assert_allclose(np.load(tmp_path / "p.npy"), expected, rtol=1e-5, atol=1e-5)
+  # Merged into a plain Keras model for task 2: the same outputs without hypernet.
+  merged = hn.merged_model(target, model.generate(2))
+  np.testing.assert_allclose(merged.predict(x[:8], verbose=0),
+                             model.predict((x[:8], np.full(8, 2, "int32")), verbose=0),
+                             rtol=1e-5, atol=1e-5)
+  assert not any(isinstance(l, hn.HyperModel) for l in merged.layers)
+
+
+@pytest.mark.parametrize("generator", ["mlp", "table"])
+def test_mixed_precision_adds_the_update_to_the_base_in_float32(generator):
+  """Under mixed_bfloat16 the factors may be computed in bfloat16, but W_0 + A @ B is
+  formed in float32: a small update added in bfloat16 rounds away against W_0 (relative
+  error of the update above 1 before the fix)."""
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), L.Dense(16, name="d")])
+    hnet, values = _lora(model, rank=2, generator=generator, num_conditions=2,
+                         condition_dim=4)
+    if generator == "table":
+      hnet.factor_b["d/kernel"].assign(np.full((2, 2, 16), 1e-3))
+    else:
+      head = hnet.generator.head
+      head.bias.assign(np.full(head.bias.shape, 1e-3))
+    w = hnet(1)["d/kernel"]                       # through Keras' __call__ (autocast)
+    a, b = hnet.factors(1)["d/kernel"]
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert w.dtype == tf.float32
+  expected = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
+  update = w.numpy() - values["d/kernel"]
+  assert np.max(np.abs(update - expected)) < 1e-3 * np.max(np.abs(expected)), (
+      np.max(np.abs(update - expected)), np.max(np.abs(expected)))
