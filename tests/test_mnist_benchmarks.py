@@ -22,7 +22,8 @@ from hypernet.training import loop
 _SLOW = ("split_mnist_hnet", "split_mnist_ewc", "permuted_mnist_hnet")
 CONTINUAL = [pytest.param(name, marks=[pytest.mark.slow] if name in _SLOW else [])
              for name in [f"split_mnist_{method}" for method in
-                          ("hnet", "finetune", "ewc", "independent")] + ["permuted_mnist_hnet"]]
+                          ("hnet", "finetune", "ewc", "independent", "lora_hnet",
+                           "lora_independent")] + ["permuted_mnist_hnet"]]
 
 
 def load_config(name):
@@ -95,7 +96,17 @@ def test_mnist_continual_configs_run(tmp_path, data_dir, name):
   assert result["params/task_density_floats_per_task"] == 784 * 21 + 21
   split = name.startswith("split")
   widths, outputs = ((400, 400), 2) if split else ((1000, 1000), 10)
-  if name.endswith("_hnet"):
+  if name.startswith("split_mnist_lora"):   # The kernels' base, then the adapters' factors.
+    kernels = 784 * 400 + 400 * 400 + 400 * 2
+    factors = config.hypernet.rank * ((784 + 400) + (400 + 400) + (400 + 2))
+    h = config.hypernet
+    generator = (2 * factors if h.generator == "table" else
+                 h.embedding_dim + 2 * h.condition_dim      # 2 tasks' embeddings
+                 + (h.embedding_dim + h.condition_dim + 1) * h.hidden[0]
+                 + (h.hidden[0] + 1) * factors)
+    assert result["params/source"] == kernels + generator == (
+        493488 if h.generator == "table" else 637088)
+  elif name.endswith("_hnet"):
     target = _mlp_weights(widths, outputs)
     assert result["params/target"] == target == (475202 if split else 1796010)
     h = config.hypernet
