@@ -427,10 +427,29 @@ def main():
       print(torch_reference.MISSING)
   _policies(args.omp_wait_policy), _mallocs(args.torch_malloc)  # Bad values fail here.
   print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
+  print(describe_machine(have_torch))
   for order in args.orders.split(","):
     for meta_batch in (int(b) for b in args.meta_batches.split(",")):
       compare(args, order, meta_batch, have_torch)
   print(f"load average after: {os.getloadavg()}")
+
+
+def describe_machine(have_torch: bool) -> str:
+  """The CPU, the fused kernel's build (flags, the instruction sets its code may use)
+  and each side's thread settings, printed beside the ratios: the lead depends on them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from hypernet.numerics import norm_relu_pool  # pylint: disable=g-import-not-at-top
+  report = norm_relu_pool.build_report()
+  threads = (f"TensorFlow intra-op {tf.config.threading.get_intra_op_parallelism_threads()}"
+             f" / inter-op {tf.config.threading.get_inter_op_parallelism_threads()} "
+             "(0: one per core)")
+  if have_torch:
+    import torch  # pylint: disable=g-import-not-at-top
+    threads += f"; PyTorch {torch.get_num_threads()} intra-op threads"
+  kernel = (f"built with {report['flags'] or '(flags not recorded)'}; instruction sets "
+            f"{', '.join(report['isa']) or '?'}" if report["loaded"]
+            else f"not loaded ({norm_relu_pool.load_error()})")
+  return f"CPU: {report['cpu'] or '?'}\nfused kernel: {kernel}\nthreads: {threads}"
 
 
 if __name__ == "__main__":

@@ -504,6 +504,9 @@ def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(tmp_p
           x, tf.reduce_mean(x, [0, 1, 2]), tf.math.reduce_variance(x, [0, 1, 2]),
           tf.zeros([3]), tf.ones([3]), 1e-3)), 2, 2, "VALID")
       np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+      report = norm_relu_pool.build_report()
+      assert "-mno-avx512fp16" in report["flags"].split(), report
+      assert report["loaded"] and "avx512_fp16" not in report["isa"], report
       print("FALLBACK-FLAGS-OK")
   """)
   cache = tmp_path / "cache"
@@ -515,7 +518,8 @@ def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(tmp_p
   done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root,
                         capture_output=True, text=True, timeout=180, check=False)
   assert done.returncode == 0 and "FALLBACK-FLAGS-OK" in done.stdout, done.stderr[-3000:]
-  assert len(os.listdir(cache)) == 1  # the kernel, nothing half-written
+  # The kernel and the flags it was built with (build_report), nothing half-written.
+  assert sorted(f.rsplit(".", 1)[-1] for f in os.listdir(cache)) == ["flags", "so"]
 
 
 def test_trainer_fused_blocks_switch_and_same_step(tmp_path, monkeypatch):

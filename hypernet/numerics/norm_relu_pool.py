@@ -31,6 +31,7 @@ _off = compat.Switch("hypernet.numerics.norm_relu_pool.disabled()")
 _unavailable = None  # why the pool dispatcher could not be installed
 _load_lock = threading.Lock()
 _library = None
+_library_path: Optional[str] = None
 _load_error: Optional[str] = None
 _original_pool_call = None
 # Our compiler flags (beside TensorFlow's): vectorised selects need -fno-trapping-math,
@@ -90,6 +91,8 @@ def _compile(target: str) -> None:
         if extra:
           logging.info("hypernet: the BatchNorm-ReLU-max-pool kernel compiled with %s "
                        "added (the plain flags failed: %s)", " ".join(extra), first_reason)
+        with open(target + ".flags", "w", encoding="utf-8") as f:  # build_report()
+          f.write(" ".join(flags))
         os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or none
         return
       errors = [l for l in done.stderr.splitlines() if "error" in l.lower()]
@@ -107,13 +110,14 @@ def _compile(target: str) -> None:
 def library():
   """The loaded kernel library (compiling it on first use), or ``None`` when it cannot be
   built here: the reason is logged once as a warning and kept in :func:`load_error`."""
-  global _library, _load_error
+  global _library, _library_path, _load_error
   with _load_lock:
     if _library is not None or _load_error is not None:
       return _library
     with open(_SOURCE, "rb") as f:
       source = f.read()
-    key = hashlib.sha256(source + tf.__version__.encode() + repr(
+    # "flags-file": cached kernels carry the flags they were built with (build_report).
+    key = hashlib.sha256(b"flags-file" + source + tf.__version__.encode() + repr(
         _FLAGS + tf.sysconfig.get_compile_flags()).encode()
                          + _cpu_key().encode()).hexdigest()[:16]
     target = os.path.join(cache_dir(), f"norm_relu_pool-{key}.so")
@@ -122,6 +126,7 @@ def library():
         logging.info("Compiling the BatchNorm-ReLU-max-pool kernel into %s (once).", target)
         _compile(target)
       _library = tf.load_op_library(target)
+      _library_path = target
     except (OSError, RuntimeError, tf.errors.NotFoundError) as e:
       _load_error = str(e)
       logging.warning(
@@ -130,6 +135,46 @@ def library():
           "rounding): %s (hypernet.numerics.norm_relu_pool.load_error() has the whole message)",
           _load_error.splitlines()[0] if _load_error else e)
     return _library
+
+
+# Instruction-set extensions that decide the kernel's vector code, as /proc/cpuinfo
+# names them, and those each -march level enables (x86-64-v2: up to SSE4.2).
+_ISA = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+        "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+_MARCH_ISA = {"-march=x86-64-v2": ("sse4_2",),
+              "-march=x86-64-v3": ("sse4_2", "avx", "avx2", "fma")}
+
+
+def build_report() -> dict:
+  """How the loaded kernel was built, for benchmarks to print beside their ratios.
+
+  Returns:
+    ``{"cpu": model name, "flags": the compiler flags of ours it was built with (str;
+    "" when not known, e.g. a kernel cached before the flags were recorded), "isa":
+    the instruction-set extensions its code may use (list of /proc/cpuinfo names: the
+    CPU's, less those the flags turn off or the -march level lacks), "loaded": bool}``.
+  """
+  lib = library()
+  cpu, cpu_flags = "", set()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name") and not cpu:
+          cpu = line.split(":", 1)[1].strip()
+        elif line.startswith("flags") and not cpu_flags:
+          cpu_flags = set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  flags = ""
+  if lib is not None and _library_path and os.path.exists(_library_path + ".flags"):
+    with open(_library_path + ".flags", encoding="utf-8") as f:
+      flags = f.read().strip()
+  isa = [x for x in _ISA if x in cpu_flags]
+  for march, allowed in _MARCH_ISA.items():
+    if march in flags.split():
+      isa = [x for x in isa if x in allowed]
+  isa = [x for x in isa if f"-mno-{x.replace('_', '')}" not in flags.split()]
+  return {"cpu": cpu, "flags": flags, "isa": isa if flags else [], "loaded": lib is not None}
 
 
 def load_error() -> Optional[str]:
