@@ -37,7 +37,7 @@ def fresh_canaries(monkeypatch):
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
            "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state",
            "normalize", "convolution_op", "own_variables", "pfor_converters",
-           "hparams_config", "symbolic_build", "multi_worker_logs"]
+           "hparams_config", "symbolic_build", "multi_worker_logs", "backup_progress"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -815,3 +815,17 @@ def test_multi_worker_fit_hooks_and_their_fallbacks(monkeypatch, fresh_canaries,
   assert calls.pop() == (batches, None)
   assert "fit() under MultiWorkerMirroredStrategy runs Keras' own code" in caplog.text
   assert "passed on unchanged under MultiWorkerMirroredStrategy" in caplog.text
+
+
+def test_backup_progress_and_its_fallback(monkeypatch, fresh_canaries, caplog, tmp_path):
+  # How far into its epoch a batch-level BackupAndRestore backup is (hn.keras models
+  # resume after it, hypernet/keras/resume.py).
+  assert compat.backup_progress(str(tmp_path)) is None  # No backup.
+  (tmp_path / "training_metadata.json").write_text('{"epoch": 2, "batch": 3}')
+  assert compat.backup_progress(str(tmp_path)) == (2, 4)
+  # A Keras that records it elsewhere: none, warned (the epoch restarts, as in Keras).
+  monkeypatch.setattr(compat, "_BACKUP_METADATA", "progress.json")
+  compat.reset_canary("backup_progress")
+  with caplog.at_level(logging.WARNING):
+    assert compat.backup_progress(str(tmp_path)) is None
+  assert "trains the epoch's first batches again" in caplog.text

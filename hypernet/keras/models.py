@@ -32,6 +32,7 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
+from hypernet.keras.resume import ResumeMidEpoch
 from hypernet.keras.steps_per_execution import AutoStepsPerExecution
 from hypernet.numerics import compat
 
@@ -75,7 +76,7 @@ def _kind(spec) -> type:
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class HyperModel(compat.MultiWorkerFit, AutoStepsPerExecution, keras.Model):
+class HyperModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``call`` runs ``target`` on weights a hypernetwork generates.
 
   ``model(x)``: ``weights = hypernetwork()``; ``target(x)`` run on them (weights not
@@ -306,7 +307,7 @@ _EPISODE_KEYS = ("support_x", "support_y", "query_x", "query_y")
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class MetaModel(compat.MultiWorkerFit, AutoStepsPerExecution, keras.Model):
+class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``fit()`` meta-trains an inner-loop learner.
 
   Data: a ``tf.data`` dataset of meta-batches, dicts with ``support_x`` ``[T, N*K, ...]``,

@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import logging
+import os
 import sys
+import tempfile
 import threading
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
@@ -908,6 +911,56 @@ class MultiWorkerFit:
       return logs
     return {k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v
             for k, v in logs.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# BackupAndRestore's progress file.
+# ---------------------------------------------------------------------------------------
+_BACKUP_METADATA = "training_metadata.json"
+
+
+def _read_backup_metadata(backup_dir: str) -> Optional[dict]:
+  path = os.path.join(backup_dir, _BACKUP_METADATA)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path, "r") as f:
+    return json.loads(f.read())
+
+
+def _backup_progress_canary() -> Optional[str]:
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+  model.compile(keras.optimizers.SGD(0.1), "mse", steps_per_execution=1)
+  with tempfile.TemporaryDirectory() as folder:
+    backup = keras.callbacks.BackupAndRestore(folder, save_freq=2, delete_checkpoint=False)
+    model.fit(tf.zeros([3, 1]), tf.zeros([3, 1]), batch_size=1, epochs=1, verbose=0,
+              callbacks=[backup])  # 3 batches: one backup, after the second.
+    found = _read_backup_metadata(folder)
+  if not isinstance(found, dict) or found.get("epoch") != 0 or found.get("batch") != 1:
+    return (f"BackupAndRestore(save_freq=2) after 2 of 3 batches wrote {found!r} to "
+            f"{_BACKUP_METADATA}, not {{'epoch': 0, 'batch': 1}}")
+  return None
+
+
+def backup_progress(backup_dir: str) -> Optional[tuple]:
+  """``(epoch, batches of it done)`` of the latest backup a batch-level
+  ``keras.callbacks.BackupAndRestore(backup_dir, save_freq=N)`` wrote, ``None`` without
+  one: how far into the epoch it resumes the backup was taken.
+
+  Private: Keras' ``training_metadata.json`` in ``backup_dir``, ``{"epoch": e, "batch":
+  b}`` with ``b`` the 0-based index of the last batch done. Canary: a backup after 2 of
+  3 batches says ``{"epoch": 0, "batch": 1}``. On failure ``None``, warned (a resumed
+  epoch then trains its first batches again, as Keras does).
+  """
+  reason = run_canary("backup_progress", _backup_progress_canary)
+  if reason is not None:
+    warn_once("backup_progress", "Keras %s records BackupAndRestore's progress "
+              "differently (%s): a fit() resumed from a mid-epoch backup trains the "
+              "epoch's first batches again.", keras.__version__, reason)
+    return None
+  found = _read_backup_metadata(backup_dir)
+  if found is None:
+    return None
+  return int(found["epoch"]), int(found["batch"]) + 1
 
 
 # ---------------------------------------------------------------------------------------
