@@ -820,7 +820,9 @@ def test_multi_worker_fit_hooks_and_their_fallbacks(monkeypatch, fresh_canaries,
 def test_backup_progress_and_its_fallback(monkeypatch, fresh_canaries, caplog, tmp_path):
   # How far into its epoch a batch-level BackupAndRestore backup is (hn.keras models
   # resume after it, hypernet/keras/resume.py).
-  assert compat.backup_progress(str(tmp_path)) is None  # No backup.
+  assert compat.backup_progress(str(tmp_path / "none")) is None  # No backup folder.
+  assert compat.canary_report().get("backup_progress", "not run") == "not run"
+  assert compat.backup_progress(str(tmp_path)) is None  # No progress file in it.
   (tmp_path / "training_metadata.json").write_text('{"epoch": 2, "batch": 3}')
   assert compat.backup_progress(str(tmp_path)) == (2, 4)
   # A Keras that records it elsewhere: none, warned (the epoch restarts, as in Keras).

@@ -951,6 +951,8 @@ def backup_progress(backup_dir: str) -> Optional[tuple]:
   3 batches says ``{"epoch": 0, "batch": 1}``. On failure ``None``, warned (a resumed
   epoch then trains its first batches again, as Keras does).
   """
+  if not tf.io.gfile.exists(backup_dir):  # No backup: a fit() from the start.
+    return None
   reason = run_canary("backup_progress", _backup_progress_canary)
   if reason is not None:
     warn_once("backup_progress", "Keras %s records BackupAndRestore's progress "
@@ -958,9 +960,7 @@ def backup_progress(backup_dir: str) -> Optional[tuple]:
               "epoch's first batches again.", keras.__version__, reason)
     return None
   found = _read_backup_metadata(backup_dir)
-  if found is None:
-    return None
-  return int(found["epoch"]), int(found["batch"]) + 1
+  return None if found is None else (int(found["epoch"]), int(found["batch"]) + 1)
 
 
 # ---------------------------------------------------------------------------------------
