@@ -37,7 +37,7 @@ def fresh_canaries(monkeypatch):
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
            "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state",
            "normalize", "convolution_op", "own_variables", "pfor_converters",
-           "hparams_config"]
+           "hparams_config", "symbolic_build", "multi_worker_logs", "backup_progress"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -775,3 +775,59 @@ def test_dispatcher_put_back_after_its_original_is_restored():
       assert keras.layers.BatchNormalization.call is fused_norm._dispatching_call  # pylint: disable=protected-access
   finally:
     fused_norm._install()  # pylint: disable=protected-access
+
+
+def test_multi_worker_fit_hooks_and_their_fallbacks(monkeypatch, fresh_canaries, caplog):
+  # hn.keras models under MultiWorkerMirroredStrategy over several workers (which one
+  # process cannot create; tests/test_keras_restart.py runs two): the symbolic build
+  # takes this worker's first replica's batch, the step logs get an axis for Keras'
+  # multi-worker mean.
+  calls = []
+
+  class Base(keras.Model):
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+      calls.append((iterator, data_batch))
+
+  class Model(compat.MultiWorkerFit, Base):
+    pass
+
+  model, batch, logs = Model(), (tf.ones([2, 3]), tf.zeros([2])), {"loss": tf.constant(1.5)}
+  batches = [(0, 0, iter([batch]))]
+  model._maybe_symbolic_build(iterator=batches)  # pylint: disable=protected-access
+  assert model.step_logs(logs) is logs  # One worker: Keras' own.
+  assert calls.pop() == (batches, None)
+  monkeypatch.setattr(compat, "multi_worker", lambda strategy: True)
+  model._maybe_symbolic_build(iterator=batches)  # pylint: disable=protected-access
+  assert calls.pop() == (None, batch)
+  assert model.step_logs(logs)["loss"].shape == [1]
+  assert compat.canary_report()["symbolic_build"] is None
+  assert compat.canary_report()["multi_worker_logs"] is None
+  # A Keras whose methods changed: its own code runs, with one warning each.
+  monkeypatch.setattr(keras.Model, "_maybe_symbolic_build",
+                      lambda self, iterator=None, data_batch=None, extra=None: None)
+  trainer = compat.defining_module(keras.Model.make_train_function)
+  monkeypatch.setattr(trainer, "reduce_per_replica", lambda values, *args, **kwargs: values)
+  for name in ("symbolic_build", "multi_worker_logs"):
+    compat.reset_canary(name)
+  with caplog.at_level(logging.WARNING):
+    model._maybe_symbolic_build(iterator=batches)  # pylint: disable=protected-access
+    assert model.step_logs(logs) is logs
+  assert calls.pop() == (batches, None)
+  assert "fit() under MultiWorkerMirroredStrategy runs Keras' own code" in caplog.text
+  assert "passed on unchanged under MultiWorkerMirroredStrategy" in caplog.text
+
+
+def test_backup_progress_and_its_fallback(monkeypatch, fresh_canaries, caplog, tmp_path):
+  # How far into its epoch a batch-level BackupAndRestore backup is (hn.keras models
+  # resume after it, hypernet/keras/resume.py).
+  assert compat.backup_progress(str(tmp_path / "none")) is None  # No backup folder.
+  assert compat.canary_report().get("backup_progress", "not run") == "not run"
+  assert compat.backup_progress(str(tmp_path)) is None  # No progress file in it.
+  (tmp_path / "training_metadata.json").write_text('{"epoch": 2, "batch": 3}')
+  assert compat.backup_progress(str(tmp_path)) == (2, 4)
+  # A Keras that records it elsewhere: none, warned (the epoch restarts, as in Keras).
+  monkeypatch.setattr(compat, "_BACKUP_METADATA", "progress.json")
+  compat.reset_canary("backup_progress")
+  with caplog.at_level(logging.WARNING):
+    assert compat.backup_progress(str(tmp_path)) is None
+  assert "trains the epoch's first batches again" in caplog.text

@@ -213,6 +213,40 @@ def test_backup_and_restore_resumes_to_the_uninterrupted_run(kind, digits, tmp_p
   _assert_same_state(resumed.states[0], whole.states[2])
 
 
+class _StopAfterBatch(keras.callbacks.Callback):
+  def __init__(self, epoch, batch):
+    super().__init__()
+    self.at, self.epoch = (epoch, batch), None
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self.epoch = epoch
+
+  def on_train_batch_end(self, batch, logs=None):
+    if (self.epoch, batch) == self.at:
+      raise KeyboardInterrupt(f"interrupted after batch {batch} of epoch {self.epoch}")
+
+
+def test_backup_mid_epoch_resumes_after_its_batch(digits, tmp_path):
+  # BackupAndRestore(save_freq=2) over epochs of 3 batches saves after batch 0 of epoch 1
+  # (Keras counts batches across epochs); the interrupted run stops after batch 1.
+  # Keras 3 would rerun epoch 1 from its batch 0 on the weights saved after it (one step
+  # too many); the model skips that batch.
+  model, data = _model_and_data("hyper", digits)
+  whole = _Record()
+  model.fit(data, epochs=3, verbose=0, callbacks=[whole])
+  backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
+  model, data = _model_and_data("hyper", digits)
+  with pytest.raises(KeyboardInterrupt):
+    model.fit(data, epochs=3, verbose=0, callbacks=[backup, _StopAfterBatch(1, 1)])
+  assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text()) == {
+      "epoch": 1, "batch": 0}
+  model, data = _model_and_data("hyper", digits)
+  resumed = _Record()
+  model.fit(data, epochs=3, verbose=0, callbacks=[backup, resumed])
+  assert len(resumed.states) == 2  # Epochs 1 and 2.
+  _assert_same_state(resumed.states[-1], whole.states[2])
+
+
 _CHILD = r"""
 import json, sys
 import numpy as np

@@ -8,22 +8,18 @@ the same command, lose nothing beyond the chunk in flight and end bitwise equal 
 uninterrupted run (docs/distributed.md, "Preemption, lost workers and restarts").
 """
 import json
-import os
-import pathlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from cluster import REPO, Job, loopback_workers, worker_env
 TIMEOUT_S = 240   # Both workers, start-up included; they are killed if it passes.
 
 WORKER = textwrap.dedent("""
@@ -69,27 +65,12 @@ def _checkpoint_values(prefix):
           if not n.startswith(("save_counter", "_CHECKPOINTABLE"))}
 
 
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 @pytest.mark.slow
 def test_two_workers_agree_and_only_the_chief_writes(tmp_path):
-  workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+  workers = loopback_workers()
   procs = []
   for i in range(2):
-    (tmp_path / f"tmp{i}").mkdir()
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
-               CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow",
-               TMPDIR=str(tmp_path / f"tmp{i}"),
-               TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                     "task": {"type": "worker", "index": i}}))
+    env = worker_env(tmp_path / f"tmp{i}", workers, i)
     procs.append(subprocess.Popen(
         [sys.executable, "-c", WORKER, str(tmp_path / f"wd{i}"), str(tmp_path / f"p{i}.npz")],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -142,61 +123,15 @@ FAULT_FLAGS = ["--config=configs/digits_hyper.py", "--config.distribution=multi_
 RESTART = 143  # hypernet.training.checkpoints.EXIT_RESTART
 
 
-class _Worker:
-  """``python -m hypernet.train`` as one worker of a 2-worker loopback cluster; its
-  stderr is collected by a thread."""
-
-  def __init__(self, index, workers, workdir, tmp):
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
-               CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow", TMPDIR=str(tmp),
-               TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                     "task": {"type": "worker", "index": index}}))
-    self.proc = subprocess.Popen(
-        [sys.executable, "-m", "hypernet.train", f"--workdir={workdir}", *FAULT_FLAGS],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    self.lines = []
-    self._reader = threading.Thread(target=self._read, daemon=True)
-    self._reader.start()
-
-  def _read(self):
-    for line in self.proc.stderr:
-      self.lines.append(line)
-
-  @property
-  def log(self):
-    return "".join(self.lines)
-
-  def wait_for(self, pattern, deadline):
-    while time.time() < deadline:
-      for line in list(self.lines):
-        m = re.search(pattern, line)
-        if m:
-          return m
-      if self.proc.poll() is not None:
-        self._reader.join(5)
-        m = re.search(pattern, self.log)
-        if m:
-          return m
-        raise AssertionError(f"exited ({self.proc.returncode}) before {pattern!r}:\n"
-                             f"{self.log[-3000:]}")
-      time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {pattern!r}:\n{self.log[-3000:]}")
-
-  def wait(self, deadline):
-    try:
-      self.proc.wait(max(deadline - time.time(), 1))
-    finally:
-      if self.proc.poll() is None:
-        self.proc.kill()
-        self.proc.wait()
-    self._reader.join(5)
-    return self.proc.returncode
+def _worker(index, workers, workdir, tmp):
+  """``python -m hypernet.train`` as one worker of a 2-worker loopback cluster."""
+  return Job([sys.executable, "-m", "hypernet.train", f"--workdir={workdir}", *FAULT_FLAGS],
+             worker_env(tmp, workers, index))
 
 
 def _start_pair(workdir, tmp_path):
-  workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-  return [_Worker(i, workers, workdir, tmp_path / f"tmp{i}") for i in range(2)], workers
+  workers = loopback_workers()
+  return [_worker(i, workers, workdir, tmp_path / f"tmp{i}") for i in range(2)], workers
 
 
 def _latest_step(workdir):

@@ -32,6 +32,7 @@ import tensorflow as tf
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
+from hypernet.keras.resume import ResumeMidEpoch
 from hypernet.keras.steps_per_execution import AutoStepsPerExecution
 from hypernet.numerics import compat
 
@@ -75,7 +76,7 @@ def _kind(spec) -> type:
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class HyperModel(AutoStepsPerExecution, keras.Model):
+class HyperModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``call`` runs ``target`` on weights a hypernetwork generates.
 
   ``model(x)``: ``weights = hypernetwork()``; ``target(x)`` run on them (weights not
@@ -251,6 +252,13 @@ class HyperModel(AutoStepsPerExecution, keras.Model):
       functional.assign_state(self.target, functional.all_reduce_state(state))
     return out
 
+  # Keras' own steps; the logs as Keras reduces them over workers (compat.MultiWorkerFit).
+  def train_step(self, data):
+    return self.step_logs(super().train_step(data))
+
+  def test_step(self, data):
+    return self.step_logs(super().test_step(data))
+
   # -- serialisation --------------------------------------------------------------------
   def save_own_variables(self, store):
     _save_variables(self, compat.seed_states(self.target), store)
@@ -299,7 +307,7 @@ _EPISODE_KEYS = ("support_x", "support_y", "query_x", "query_y")
 
 
 @keras.saving.register_keras_serializable(package="hypernet")
-class MetaModel(AutoStepsPerExecution, keras.Model):
+class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, keras.Model):
   """A ``keras.Model`` whose ``fit()`` meta-trains an inner-loop learner.
 
   Data: a ``tf.data`` dataset of meta-batches, dicts with ``support_x`` ``[T, N*K, ...]``,
@@ -459,7 +467,7 @@ class MetaModel(AutoStepsPerExecution, keras.Model):
     self._trackers["loss"].update_state(per_task["loss"])
     if self.classification:
       self._trackers["accuracy"].update_state(per_task["accuracy"])
-    return {n: t.result() for n, t in self._trackers.items()}
+    return self.step_logs({n: t.result() for n, t in self._trackers.items()})
 
   def _eval_options(self):
     """The learner's options in ``test_step`` / ``call``: ``eval_inner_steps``."""
@@ -479,7 +487,7 @@ class MetaModel(AutoStepsPerExecution, keras.Model):
       if self.classification:
         self._eval_trackers["accuracy" + suffix].update_state(
             result.per_task["accuracy" + suffix])
-    return {n: t.result() for n, t in self._eval_trackers.items()}
+    return self.step_logs({n: t.result() for n, t in self._eval_trackers.items()})
 
   @tf.autograph.experimental.do_not_convert
   def call(self, inputs, training=None):

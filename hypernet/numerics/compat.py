@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import logging
+import os
 import sys
+import tempfile
 import threading
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
@@ -823,6 +826,141 @@ def check_seed_state() -> None:
   if reason is not None:
     raise unsupported(f"Keras {keras.__version__} keeps random-seed state differently "
                       f"({reason}), so replicas would draw the same dropout masks")
+
+
+# ---------------------------------------------------------------------------------------
+# Keras' fit() under MultiWorkerMirroredStrategy.
+# ---------------------------------------------------------------------------------------
+def multi_worker(strategy) -> bool:
+  """Whether ``strategy`` runs replicas on several workers (a
+  ``MultiWorkerMirroredStrategy`` with more replicas in sync than local devices)."""
+  return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+          and strategy.num_replicas_in_sync > len(strategy.extended.worker_devices))
+
+
+def _first_local(strategy, value):
+  if isinstance(value, tf.distribute.DistributedValues):
+    return strategy.experimental_local_results(value)[0]
+  return value
+
+
+def _symbolic_build_canary() -> Optional[str]:
+  method = getattr(keras.Model, "_maybe_symbolic_build", None)
+  if not callable(method):
+    return "keras.Model has no _maybe_symbolic_build"
+  params = list(inspect.signature(method).parameters)
+  if params != ["self", "iterator", "data_batch"]:
+    return f"keras.Model._maybe_symbolic_build takes {params}"
+  return None
+
+
+def _multi_worker_logs_canary() -> Optional[str]:
+  reduce = getattr(defining_module(keras.Model.make_train_function), "reduce_per_replica",
+                   None)
+  if not callable(reduce):
+    return "Keras' TensorFlow trainer has no reduce_per_replica"
+  if '"MEAN", v, axis=0' not in inspect.getsource(reduce):
+    return "reduce_per_replica no longer reduces a multi-worker mean along axis 0"
+  return None
+
+
+class MultiWorkerFit:
+  """Mixin for a ``keras.Model``: Keras' ``fit()`` / ``evaluate()`` under a
+  ``MultiWorkerMirroredStrategy`` over several workers, which Keras 3.15 on TensorFlow
+  2.21 fails for any model at two places (a plain ``Sequential`` too):
+
+  * ``fit()`` first takes one batch to build the compiled metrics and averages it over
+    the replicas with ``strategy.reduce("MEAN", (x, y))``, which the multi-worker
+    strategy cannot do for a structure ("Attempt to convert a value (PerReplica...) to a
+    Tensor"). Here the batch is this worker's first replica's (only its shapes and
+    dtypes are used). Private: ``keras.Model._maybe_symbolic_build(iterator,
+    data_batch)``; canary: it exists with those parameters, else Keras' own, warned.
+  * each step's logs are averaged over the workers by ``reduce_per_replica`` with
+    ``strategy.reduce("MEAN", v, axis=0)``, which fails for the scalar metrics ("Invalid
+    reduction dimension 0 for input with 0 dimensions"): :meth:`step_logs` gives them
+    the axis as ``[1]`` tensors (the mean of one value per replica is the same scalar).
+    Canary: the trainer's ``reduce_per_replica`` reduces so (its source), else the logs
+    are left scalar, warned.
+  """
+
+  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    strategy = self.distribute_strategy
+    if iterator is not None and data_batch is None and multi_worker(strategy):
+      reason = run_canary("symbolic_build", _symbolic_build_canary)
+      if reason is None:
+        for _, _, batches in iterator:
+          data_batch = tf.nest.map_structure(lambda v: _first_local(strategy, v),
+                                             next(batches))
+          break
+        iterator = None
+      else:
+        warn_once("symbolic_build", "Keras %s builds a model's metrics differently (%s): "
+                  "fit() under MultiWorkerMirroredStrategy runs Keras' own code.",
+                  keras.__version__, reason)
+    return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+  def step_logs(self, logs):
+    """``logs`` of a train / test step as Keras' multi-worker reduction needs them."""
+    if not multi_worker(tf.distribute.get_strategy()):
+      return logs
+    reason = run_canary("multi_worker_logs", _multi_worker_logs_canary)
+    if reason is not None:
+      warn_once("multi_worker_logs", "Keras %s reduces step logs differently (%s): they "
+                "are passed on unchanged under MultiWorkerMirroredStrategy.",
+                keras.__version__, reason)
+      return logs
+    return {k: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v
+            for k, v in logs.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# BackupAndRestore's progress file.
+# ---------------------------------------------------------------------------------------
+_BACKUP_METADATA = "training_metadata.json"
+
+
+def _read_backup_metadata(backup_dir: str) -> Optional[dict]:
+  path = os.path.join(backup_dir, _BACKUP_METADATA)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path, "r") as f:
+    return json.loads(f.read())
+
+
+def _backup_progress_canary() -> Optional[str]:
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+  model.compile(keras.optimizers.SGD(0.1), "mse", steps_per_execution=1)
+  with tempfile.TemporaryDirectory() as folder:
+    backup = keras.callbacks.BackupAndRestore(folder, save_freq=2, delete_checkpoint=False)
+    model.fit(tf.zeros([3, 1]), tf.zeros([3, 1]), batch_size=1, epochs=1, verbose=0,
+              callbacks=[backup])  # 3 batches: one backup, after the second.
+    found = _read_backup_metadata(folder)
+  if not isinstance(found, dict) or found.get("epoch") != 0 or found.get("batch") != 1:
+    return (f"BackupAndRestore(save_freq=2) after 2 of 3 batches wrote {found!r} to "
+            f"{_BACKUP_METADATA}, not {{'epoch': 0, 'batch': 1}}")
+  return None
+
+
+def backup_progress(backup_dir: str) -> Optional[tuple]:
+  """``(epoch, batches of it done)`` of the latest backup a batch-level
+  ``keras.callbacks.BackupAndRestore(backup_dir, save_freq=N)`` wrote, ``None`` without
+  one: how far into the epoch it resumes the backup was taken.
+
+  Private: Keras' ``training_metadata.json`` in ``backup_dir``, ``{"epoch": e, "batch":
+  b}`` with ``b`` the 0-based index of the last batch done. Canary: a backup after 2 of
+  3 batches says ``{"epoch": 0, "batch": 1}``. On failure ``None``, warned (a resumed
+  epoch then trains its first batches again, as Keras does).
+  """
+  if not tf.io.gfile.exists(backup_dir):  # No backup: a fit() from the start.
+    return None
+  reason = run_canary("backup_progress", _backup_progress_canary)
+  if reason is not None:
+    warn_once("backup_progress", "Keras %s records BackupAndRestore's progress "
+              "differently (%s): a fit() resumed from a mid-epoch backup trains the "
+              "epoch's first batches again.", keras.__version__, reason)
+    return None
+  found = _read_backup_metadata(backup_dir)
+  return None if found is None else (int(found["epoch"]), int(found["batch"]) + 1)
 
 
 # ---------------------------------------------------------------------------------------
