@@ -220,3 +220,21 @@ def test_context_restores_layers_and_registry():
   with batched.vectorizable_convs(model, conv="grouped"):
     assert pfor_lib._pfor_converter_registry["Conv2D"] is not before  # pylint: disable=protected-access
   assert pfor_lib._pfor_converter_registry["Conv2D"] is before  # pylint: disable=protected-access
+
+
+def test_per_example_weights_beside_shared_attention_kernels_match_a_loop():
+  """Per-example weights on a model whose attention kernels are shared (not batched): pfor
+  turns each shared projection into a broadcasting BatchMatMulV2 [S, 1, T, d] x [d, n],
+  which TensorFlow 2.21's oneDNN kernel corrupts memory on for these shapes (the process
+  aborted); hypernet's converter computes it as one 2-D MatMul. Against a loop."""
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((5, 8))
+  h = keras.layers.MultiHeadAttention(2, 4, name="mha")(inputs, inputs)
+  model = keras.Model(inputs, keras.layers.Dense(1, name="head")(keras.layers.Flatten()(h)))
+  x = tf.constant(np.random.default_rng(0).normal(size=(16, 5, 8)), tf.float32)
+  head = tf.convert_to_tensor(functional.variable_paths(model)["head/kernel"])
+  kernels = head[None] * tf.reshape(tf.range(1.0, 17.0), [16, 1, 1])   # one per example
+  got = batched.batched_functional_call(model, {"head/kernel": kernels}, x, per_example=True)
+  want = tf.concat([functional.functional_call(model, {"head/kernel": kernels[i]}, x[i:i + 1])
+                    for i in range(16)], 0)
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)

@@ -99,6 +99,28 @@ def _stacking_converter(original):
   return convert
 
 
+def _shared_matmul_converter(original):
+  """Wraps pfor's BatchMatMulV2 converter for a loop-variant input ``[S, ..., M, K]`` times a
+  loop-invariant 2-D matrix ``[K, N]`` (a Dense / EinsumDense kernel shared by every
+  weight set, on a rank-3 per-example input): one 2-D ``MatMul`` on the input reshaped to
+  ``[-1, K]``, the same products. pfor's own converter emits a broadcasting BatchMatMulV2
+  ``[S, 1, M, K] x [K, N]``, which TensorFlow 2.21's oneDNN CPU kernel corrupts memory on
+  for some shapes (``[16, 1, 5, 8] x [8, 8]`` aborts the process)."""
+
+  def convert(pfor_input):
+    x_in, y_in = pfor_input.input(0), pfor_input.input(1)
+    if (not x_in.is_stacked or y_in.is_stacked or x_in.t.shape.rank is None
+        or y_in.t.shape.rank != 2 or pfor_input.get_attr("adj_x")):
+      return original(pfor_input)
+    x, y = x_in.t, y_in.t
+    out = tf.matmul(tf.reshape(x, tf.stack([-1, tf.shape(x)[-1]])), y,
+                    transpose_b=bool(pfor_input.get_attr("adj_y")))
+    shape = tf.concat([tf.shape(x)[:-1], tf.shape(out)[-1:]], 0)
+    return [compat.pfor_module().wrap(tf.reshape(out, shape), True)]
+
+  return convert
+
+
 _PATCHED: Dict[str, list] = {}  # op type -> [active contexts, original converter]
 
 
@@ -139,13 +161,19 @@ def _pfor_canary():
   want_d = tf.stack([tf.nn.depthwise_conv2d(x * (i + 1.0), dk, [1, 1, 1, 1], "VALID")
                      for i in range(2)])
   with _patched_converters({"Conv2D": _grouped_conv2d_converter,
-                            "DepthwiseConv2dNative": _stacking_converter}):
+                            "DepthwiseConv2dNative": _stacking_converter,
+                            "BatchMatMulV2": _shared_matmul_converter}):
     got = tf.vectorized_map(lambda kk: tf.nn.conv2d(x, kk, 1, "VALID"), k,
                             fallback_to_while_loop=False)
     got_d = tf.vectorized_map(
         lambda s: tf.nn.depthwise_conv2d(x * s, dk, [1, 1, 1, 1], "VALID"),
         tf.constant([1.0, 2.0]), fallback_to_while_loop=False)
-  for name, a, b in (("Conv2D", got, want), ("DepthwiseConv2dNative", got_d, want_d)):
+    m = tf.reshape(tf.range(6, dtype=tf.float32), [3, 2])
+    got_m = tf.vectorized_map(lambda s: tf.matmul(x[0, :, :, :1] * s, m[:1]),
+                              tf.constant([1.0, 2.0]), fallback_to_while_loop=False)
+  want_m = tf.stack([tf.matmul(x[0, :, :, :1] * s, m[:1]) for s in (1.0, 2.0)])
+  for name, a, b in (("Conv2D", got, want), ("DepthwiseConv2dNative", got_d, want_d),
+                     ("BatchMatMulV2", got_m, want_m)):
     if tuple(a.shape) != tuple(b.shape) or float(tf.reduce_max(tf.abs(a - b))) > 1e-4:
       return f"{name} batched over kernels differs from a loop"
   return None
@@ -295,7 +323,8 @@ def vectorizable_convs(model, batched_paths=(), conv: str = "grouped") -> Iterat
   if conv not in ("grouped", "im2col"):
     raise ValueError(f"conv={conv!r}; use 'grouped' or 'im2col'.")
   layers = _conv_layers(model, set(batched_paths), conv)
-  factories = {"DepthwiseConv2dNative": _stacking_converter} if _has_registry() else {}
+  factories = ({"DepthwiseConv2dNative": _stacking_converter,
+                "BatchMatMulV2": _shared_matmul_converter} if _has_registry() else {})
   if conv == "grouped":
     factories["Conv2D"] = _grouped_conv2d_converter
     layers = []
