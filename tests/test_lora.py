@@ -212,3 +212,30 @@ def test_mixed_precision_adds_the_update_to_the_base_in_float32(generator):
   update = w.numpy() - values["d/kernel"]
   assert np.max(np.abs(update - expected)) < 1e-3 * np.max(np.abs(expected)), (
       np.max(np.abs(update - expected)), np.max(np.abs(expected)))
+
+
+def test_task_ids_with_dict_inputs_match_each_task_alone():
+  """A model whose input is a dict (token ids and a padding mask), adapters per task id:
+  each example runs on its own task's weights, as the task's model alone does."""
+  keras.utils.set_random_seed(0)
+  tokens = keras.Input((6,), dtype="int32", name="tokens")
+  mask = keras.Input((6,), dtype="int32", name="mask")
+  h = L.Embedding(20, 8, name="embed")(tokens)
+  pad = keras.ops.cast(mask[:, None, :], "bool")
+  h = L.MultiHeadAttention(2, 4, name="mha")(h, h, attention_mask=pad)
+  base = keras.Model({"tokens": tokens, "mask": mask},
+                     L.Dense(2, name="head")(L.GlobalAveragePooling1D()(h)))
+  model = hn.HyperModel(base, "lora", targets="mha/query/kernel,mha/value/kernel",
+                        train_rest=False, hypernetwork_args=dict(rank=2, num_conditions=3,
+                                                                 condition_dim=4))
+  _randomize_b(model.hypernetwork)
+  rng = np.random.default_rng(0)
+  x = {"tokens": rng.integers(0, 20, (8, 6)).astype("int32"),
+       "mask": (np.arange(6)[None] < rng.integers(2, 7, (8, 1))).astype("int32")}
+  ids = rng.integers(0, 3, 8).astype("int32")
+  got = model((x, ids)).numpy()
+  for k in range(3):
+    rows = ids == k
+    alone = hn.functional_call(base, model.generate(k), {n: v[rows] for n, v in x.items()})
+    np.testing.assert_allclose(got[rows], alone.numpy(), rtol=1e-5, atol=1e-5)
+  assert np.abs(got - base(x).numpy()).max() > 1e-3   # The adapters act.

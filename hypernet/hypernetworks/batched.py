@@ -442,20 +442,22 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
   functional.check_weight_values(model, weights, "batched_functional_call")
   weights = {p: tf.convert_to_tensor(w) for p, w in weights.items()}
   num_sets = num_weight_sets(weights, model)
-  inputs = [tf.convert_to_tensor(x) for x in inputs]
+  # Each input may be a nest (a dict of token ids and a padding mask): leaves as tensors.
+  inputs = [tf.nest.map_structure(tf.convert_to_tensor, x) for x in inputs]
   if not shared_inputs:
     for i, x in enumerate(inputs):
-      if isinstance(num_sets, int) and x.shape.rank and x.shape[0] is not None \
-          and x.shape[0] != num_sets:
-        raise ValueError(
-            f"inputs[{i}] has {x.shape[0]} entries along its leading (weight-set) axis but "
-            f"there are {num_sets} weight sets; give inputs [S, B, ...] (or [S, ...] with "
-            "per_example=True), or shared_inputs=True for inputs [B, ...].")
+      for leaf in tf.nest.flatten(x):
+        if isinstance(num_sets, int) and leaf.shape.rank and leaf.shape[0] is not None \
+            and leaf.shape[0] != num_sets:
+          raise ValueError(
+              f"inputs[{i}] has {leaf.shape[0]} entries along its leading (weight-set) axis "
+              f"but there are {num_sets} weight sets; give inputs [S, B, ...] (or [S, ...] "
+              "with per_example=True), or shared_inputs=True for inputs [B, ...].")
 
   def one(args):
     w, xs = args
     if per_example:
-      xs = [x[None] for x in xs]
+      xs = [tf.nest.map_structure(lambda t: t[None], x) for x in xs]
     result = functional.functional_call(model, w, *xs, training=training,
                                         return_state=return_state, state=state,
                                         return_losses=return_losses)
