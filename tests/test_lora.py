@@ -102,6 +102,31 @@ def test_frozen_base_gets_no_gradient_and_train_base_stops_at_freeze():
   assert all(g is None or g == 0 for g in base_grads(trained))
 
 
+def test_a_frozen_base_stays_put_under_adam_momentum_in_fit():
+  """freeze_base() mid-training: Adam's momentum keeps moving the trainable W_0, but the
+  adapters use the copy frozen at that moment (the base in use moved by ~0.04 before)."""
+  target = _attention_target()
+  model = hn.HyperModel(target, "lora", targets="*kernel", train_rest=False,
+                        hypernetwork_args=dict(rank=2, num_conditions=2, condition_dim=4,
+                                               train_base=True))
+  rng = np.random.default_rng(0)
+  x, ids = rng.normal(size=(64, 5, 8)).astype("float32"), rng.integers(0, 2, 64)
+  y = (x.mean((1, 2)) > 0).astype("int32")
+  model.compile(keras.optimizers.Adam(1e-2),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit((x, ids), y, epochs=2, batch_size=16, verbose=0)
+  model.hypernetwork.freeze_base()
+  frozen = {p: w.numpy() for p, w in model.hypernetwork.base().items()}
+  generated = model.generate(1)
+  model.fit((x, ids), y, epochs=2, batch_size=16, verbose=0)
+  for p, w in model.hypernetwork.base().items():
+    np.testing.assert_array_equal(w.numpy(), frozen[p])
+  assert max(float(np.abs(model.hypernetwork.base_weights[p].numpy() - frozen[p]).max())
+             for p in frozen) > 1e-4          # Adam did move the unused trainable copy,
+  assert max(float(np.abs(model.generate(1)[p] - generated[p]).max())
+             for p in frozen) > 1e-4          # and the adapters still learn.
+
+
 def test_gradients_through_attention_match_float64_finite_differences():
   keras.config.set_floatx(F64)
   try:

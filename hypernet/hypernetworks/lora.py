@@ -82,8 +82,8 @@ class LoRAHypernetwork(base.Hypernetwork):
     hidden: the ``"mlp"`` generator's hidden widths.
     embedding_dim: the ``"mlp"`` generator's own learned input embedding (0: the
       condition alone).
-    train_base: train ``W_0`` too (else frozen); :meth:`freeze_base` stops it later (e.g.
-      after a first task, ``config.continual.freeze_base_after``).
+    train_base: train ``W_0`` too (else frozen); :meth:`freeze_base` freezes it later (e.g.
+      after a first task, ``config.continual.freeze_base_after``), keeping a copy.
     num_conditions: learned condition (task) embeddings for the ``"mlp"`` generator, or
       factor pairs for ``"table"``; 0: none.
     condition_dim: the size of a condition embedding / given condition vector (``"mlp"``).
@@ -118,6 +118,9 @@ class LoRAHypernetwork(base.Hypernetwork):
                      dtype=policy.variable_dtype, name=name)
     if generator not in GENERATORS:
       raise ValueError(f"generator={generator!r} is unknown; choose one of {GENERATORS}.")
+    self.check_target_spec(self.target_spec)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)):
+      raise ValueError(f"scale must be a float (LoRA's alpha / rank), got {scale!r}.")
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
       raise ValueError(f"rank must be an int >= 1, got {rank!r}.")
     if table and condition_dim and not num_conditions:
@@ -145,6 +148,12 @@ class LoRAHypernetwork(base.Hypernetwork):
     self.base_gate = self.add_weight(shape=(), name="base_gate", trainable=False,
                                      initializer=keras.initializers.Constant(
                                          1.0 if self.train_base else 0.0))
+    # With train_base: W_0 as freeze_base() found it, what the adapters use from then on
+    # (an optimiser's momentum or weight decay keeps moving the trainable copy).
+    self.frozen_base = ({p: self.add_weight(shape=s, name="frozen_base_" + p.replace("/", "_"),
+                                            initializer=_constant(target_values[p]),
+                                            trainable=False)
+                         for p, s in zip(self.paths, self.shapes)} if self.train_base else {})
     rng = np.random.default_rng(seed)
     # A as LoRA starts it (Kaiming-scaled, 1/sqrt(m)), B = 0.
     a_init = {p: rng.normal(0.0, 1.0 / np.sqrt(m), (m, self.rank))
@@ -234,9 +243,9 @@ class LoRAHypernetwork(base.Hypernetwork):
     out = {}
     for p, shape_p, (a, b) in zip(self.paths, self.shapes, self._factors(condition).values()):
       w0 = tf.convert_to_tensor(self.base_weights[p])
-      if self.train_base:  # Gradient to W_0 only while the gate is 1.
+      if self.train_base:  # W_0 while the gate is 1; its frozen copy (no gradient) at 0.
         gate = tf.cast(self.base_gate, w0.dtype)
-        w0 = gate * w0 + (1.0 - gate) * tf.stop_gradient(w0)
+        w0 = gate * w0 + (1.0 - gate) * tf.convert_to_tensor(self.frozen_base[p])
       delta = tf.matmul(a, b)                                  # [.., m, n]
       shape = tf.concat([tf.shape(delta)[:-2], tf.constant(shape_p, tf.int32)], 0)
       w = w0 + self.scale * tf.cast(tf.reshape(delta, shape), w0.dtype)
@@ -245,9 +254,22 @@ class LoRAHypernetwork(base.Hypernetwork):
     return out
 
   def freeze_base(self) -> None:
-    """Stops training ``W_0`` (its gradient is zero from the next step; a variable, so
-    compiled steps need no retrace). No effect when ``train_base`` is False."""
+    """Freezes ``W_0`` as it is now: the adapters use this copy from the next step on, and
+    the trainable ``W_0`` gets a zero gradient (an optimiser's momentum or weight decay
+    may still move it, unused). Variables only, so compiled steps need no retrace. No
+    effect when ``train_base`` is False or the base is frozen already."""
+    if not self.train_base or float(self.base_gate.numpy()) == 0.0:
+      return
+    for p in self.paths:
+      self.frozen_base[p].assign(self.base_weights[p])
     self.base_gate.assign(0.0)
+
+  def base(self) -> Dict[str, tf.Tensor]:
+    """``{path: W_0}``: the base the adapters are added to now (the frozen copy after
+    :meth:`freeze_base`)."""
+    frozen = self.train_base and float(self.base_gate.numpy()) == 0.0
+    return {p: tf.convert_to_tensor((self.frozen_base if frozen else self.base_weights)[p])
+            for p in self.paths}
 
   def parameter_count(self) -> int:
     """The adapters' trainable scalars: the generator's (or the factor tables'), without
