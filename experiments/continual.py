@@ -49,7 +49,7 @@ METHODS = ("hnet", "finetune", "ewc", "independent", "lora_hnet", "lora_independ
 # low-rank adapters (configs/split_mnist_lora_*.py) on request (--methods).
 DEFAULT_METHODS = METHODS[:4]
 LABELS = {"hnet": "HNET (ours, von Oswald et al.)", "finetune": "fine-tuning",
-          "lora_hnet": "generated LoRA adapters (HNET over A, B)",
+          "lora_hnet": "generated LoRA adapters",
           "lora_independent": "independent LoRA adapters",
           "ewc": "online EWC", "independent": "independent networks"}
 # --dataset: (the configs' name part, the name in tables and plots, the plots' file prefix).
