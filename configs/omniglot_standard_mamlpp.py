@@ -15,7 +15,7 @@ second-order inner steps cost ~8x MAML's one: ``omniglot_mamlpp`` ran 1,000 x 8 
 2,695 s (45 min, load 3-6, five 600-episode evaluations) against MAML's 1,500 x 8 in
 326 s (experiments/RESULTS_meta.md); the five 1,000-episode evaluations of 15 queries here
 add ~10 min; 5,000 steps would take ~4 h on 2 cores. Its learning curve is the first 1,000 steps of the
-others' on the same axes. The paper's budget (75,000 x 16):
+others' on the same axes. The paper's budget (125,000 x 16):
 configs/omniglot_standard_mamlpp_full.py.
 
     python -m hypernet.train --config=configs/omniglot_standard_mamlpp.py \
