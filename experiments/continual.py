@@ -138,6 +138,11 @@ def _fmt(values, scale=100.0):
   return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
 
 
+def _count(value) -> str:
+  """A parameter count with thousands separators, "–" where the run has none."""
+  return f"{int(value):,}" if value else "–"
+
+
 def table(results: dict, seeds, dataset: str = "fashion_mnist") -> str:
   lines = []
   for bench in BENCHMARKS:
@@ -162,7 +167,7 @@ def table(results: dict, seeds, dataset: str = "fashion_mnist") -> str:
           f"| {LABELS[method]} | {_fmt(get('cl1/final_accuracy'))} | "
           f"{_fmt(get('cl1/during_accuracy'))} | {_fmt(get('cl1/forgetting'))} | "
           f"{_fmt(get('cl3/final_accuracy'))} | {_fmt(get('cl3/forgetting'))} | "
-          f"{runs[0].get('params/trainable', 0):,} | {comp} | "
+          f"{_count(runs[0].get('params/trainable'))} | {comp} | "
           f"{np.mean(get('wall_time_sec')):.0f} |")
       seeds_lines.append(f"| {LABELS[method]} | {_per_seed(runs, 'cl1/final_accuracy')} | "
                          f"{_per_seed(runs, 'cl3/final_accuracy')} |")

@@ -360,7 +360,7 @@ def test_a_config_found_nowhere_says_where_it_looked_and_what_is_there(tmp_path,
   listed = error(["train", "--config=zzzz.py"])
   assert listed.startswith(f"--config=zzzz.py: no such file, nor zzzz.py in {folder} "
                            "(hypernet's configs: digits_conditional, digits_hyper, ")
-  assert "script" not in listed and listed.endswith(", split_mnist_independent).")
+  assert "script" not in listed and listed.endswith(", split_mnist_lora_independent).")
   assert error(["train", "--config=mine/x.py"]) == "--config=mine/x.py: no such file."
 
 

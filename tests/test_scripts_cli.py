@@ -132,7 +132,7 @@ def test_continual_no_run_skips_unfinished_runs_and_creates_out(tmp_path):
   assert "KeyError" not in out.stderr
   assert (f"skipping unfinished run {stopped}: stopped at step 20, 4980 of its 5000 steps "
           "missing") in out.stderr
-  assert "| fine-tuning | 95.00 | 99.00 | 4.00 | 50.00 | 30.00 | – | 12 |" in out.stdout
+  assert "| fine-tuning | 95.00 | 99.00 | 4.00 | 50.00 | 30.00 | – | – | 12 |" in out.stdout
   # Each seed with its binomial CI95 over 5 x 2,000 test images: 1.96 sqrt(.95 .05 / 1e4).
   assert "| fine-tuning | 95.00 ± 0.43 | 50.00 ± 0.98 |" in out.stdout
   assert "HNET" not in out.stdout
