@@ -12,11 +12,12 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
-from typing import Callable, Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
@@ -35,9 +36,41 @@ _library_path: Optional[str] = None
 _load_error: Optional[str] = None
 _original_pool_call = None
 # Our compiler flags (beside TensorFlow's): vectorised selects need -fno-trapping-math,
-# the `#pragma omp simd` loops -fopenmp-simd. Part of the cache key.
-_FLAGS = ["-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-fno-trapping-math",
-          "-fopenmp-simd", "-w"]
+# the `#pragma omp simd` loops -fopenmp-simd; the target options (default -march=native)
+# come from $HYPERNET_KERNEL_ARCH (arch_flags). Part of the cache key.
+_BASE_FLAGS = ["-std=c++17", "-shared", "-fPIC", "-O3", "-fno-trapping-math",
+               "-fopenmp-simd", "-w"]
+ARCH_ENV = "HYPERNET_KERNEL_ARCH"
+
+
+def arch_flags() -> list:
+  """The kernel's target options: ``$HYPERNET_KERNEL_ARCH`` split on spaces, default
+  ``-march=native`` (the instruction sets of this CPU).
+
+  Set it to build another variant, e.g. ``-march=x86-64-v3`` (AVX2 + FMA, any CPU since
+  2013-2015), ``-march=x86-64-v2`` (SSE4.2: the portable code) or ``-march=x86-64-v4``
+  (AVX-512): ``benchmarks/kernel_variants.py`` builds, checks and times them. A variant
+  using instruction sets this CPU lacks is built but not loaded (:func:`load_error`
+  says which), so nothing stops on an illegal instruction.
+
+  Raises:
+    ValueError: a word of it is not a ``-m`` target option (one line naming the
+      variable).
+  """
+  value = os.environ.get(ARCH_ENV, "").strip() or "-march=native"
+  words = value.split()
+  bad = [w for w in words if not re.fullmatch(r"-m[A-Za-z0-9_.,=+-]+", w)]
+  if bad:
+    raise ValueError(f"{ARCH_ENV}={value!r}: {bad[0]!r} is not a compiler target option "
+                     "(-march=..., -mtune=..., -mavx2, -mno-...); unset it for "
+                     "-march=native")
+  return words
+
+
+def _flags() -> list:
+  """Our compiler flags for the kernel build: :data:`_BASE_FLAGS` with the target options
+  where ``-march=native`` stood (so the default build's cache key is unchanged)."""
+  return _BASE_FLAGS[:4] + arch_flags() + _BASE_FLAGS[4:]
 
 
 def _cpu_key() -> str:
@@ -65,6 +98,26 @@ def cache_dir() -> str:
 _FALLBACKS = ([], ["-mno-avx512fp16"], ["-march=x86-64-v2"])
 
 
+def _compiler() -> Optional[str]:
+  return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def compile_command(output: str, arch: Optional[Sequence[str]] = None) -> list:
+  """The compiler command line that builds the kernel into ``output`` for the target
+  options ``arch`` (default :func:`arch_flags`), without the fallbacks: for
+  ``benchmarks/kernel_variants.py``, which compiles variants this CPU may not run.
+
+  Raises:
+    RuntimeError: no C++ compiler (install g++, or set ``CXX``).
+  """
+  compiler = _compiler()
+  if not compiler:
+    raise RuntimeError("no C++ compiler found (install g++, or set CXX)")
+  flags = _BASE_FLAGS[:4] + list(arch if arch is not None else arch_flags()) + _BASE_FLAGS[4:]
+  return ([compiler] + flags + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", output]
+          + tf.sysconfig.get_link_flags())
+
+
 def _compile(target: str) -> None:
   """Compiles the kernel into ``target``, trying :data:`_FALLBACKS` in turn.
 
@@ -72,7 +125,7 @@ def _compile(target: str) -> None:
     RuntimeError: no compiler, or every attempt failed (the first attempt's error line,
       the commands and the last attempt's output).
   """
-  compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+  compiler = _compiler()
   if not compiler:
     raise RuntimeError("no C++ compiler found (install g++, or set CXX)")
   os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -81,10 +134,10 @@ def _compile(target: str) -> None:
   first_reason, commands = None, []
   try:
     for extra in _FALLBACKS:
-      flags = [f for f in _FLAGS if not (extra and extra[0].startswith("-march=")
-                                          and f.startswith("-march="))] + extra
-      cmd = ([compiler] + flags + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", tmp]
-             + tf.sysconfig.get_link_flags())
+      arch = [f for f in arch_flags() if not (extra and extra[0].startswith("-march=")
+                                              and f.startswith("-march="))] + extra
+      flags = _BASE_FLAGS[:4] + arch + _BASE_FLAGS[4:]
+      cmd = compile_command(tmp, arch)
       commands.append(" ".join(cmd))
       done = subprocess.run(cmd, capture_output=True, text=True, check=False)
       if done.returncode == 0:
@@ -117,17 +170,24 @@ def library():
     with open(_SOURCE, "rb") as f:
       source = f.read()
     # "flags-file": cached kernels carry the flags they were built with (build_report).
-    key = hashlib.sha256(b"flags-file" + source + tf.__version__.encode() + repr(
-        _FLAGS + tf.sysconfig.get_compile_flags()).encode()
-                         + _cpu_key().encode()).hexdigest()[:16]
-    target = os.path.join(cache_dir(), f"norm_relu_pool-{key}.so")
     try:
+      key = hashlib.sha256(b"flags-file" + source + tf.__version__.encode() + repr(
+          _flags() + tf.sysconfig.get_compile_flags()).encode()
+                           + _cpu_key().encode()).hexdigest()[:16]
+      target = os.path.join(cache_dir(), f"norm_relu_pool-{key}.so")
+      missing = _missing_isa(_flags())
+      if missing:
+        raise RuntimeError(
+            f"{ARCH_ENV}={os.environ.get(ARCH_ENV)!r} builds code for {', '.join(missing)}, "
+            "which this CPU lacks: the kernel is not built or loaded (it would stop on an "
+            "illegal instruction; benchmarks/kernel_variants.py only compiles such a "
+            "variant); unset it for -march=native")
       if not os.path.exists(target):
         logging.info("Compiling the BatchNorm-ReLU-max-pool kernel into %s (once).", target)
         _compile(target)
       _library = tf.load_op_library(target)
       _library_path = target
-    except (OSError, RuntimeError, tf.errors.NotFoundError) as e:
+    except (OSError, RuntimeError, ValueError, tf.errors.NotFoundError) as e:
       _load_error = str(e)
       logging.warning(
           "hypernet: the fused BatchNorm-ReLU-max-pool kernel is unavailable, so "
@@ -137,12 +197,60 @@ def library():
     return _library
 
 
-# Instruction-set extensions that decide the kernel's vector code, as /proc/cpuinfo
-# names them, and those each -march level enables (x86-64-v2: up to SSE4.2).
-_ISA = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-        "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
-_MARCH_ISA = {"-march=x86-64-v2": ("sse4_2",),
-              "-march=x86-64-v3": ("sse4_2", "avx", "avx2", "fma")}
+# Instruction-set extensions that decide the kernel's vector code: /proc/cpuinfo's name
+# of each and the macro the compiler defines when its target options enable it.
+_ISA = {"sse4_2": "__SSE4_2__", "avx": "__AVX__", "avx2": "__AVX2__", "fma": "__FMA__",
+        "avx512f": "__AVX512F__", "avx512bw": "__AVX512BW__", "avx512vl": "__AVX512VL__",
+        "avx512_vnni": "__AVX512VNNI__", "avx512_bf16": "__AVX512BF16__",
+        "avx512_fp16": "__AVX512FP16__", "amx_tile": "__AMX_TILE__",
+        "amx_bf16": "__AMX_BF16__"}
+
+
+def cpu_extensions() -> set:
+  """This CPU's instruction-set extensions as /proc/cpuinfo's ``flags`` names them
+  (``{"avx2", "fma", ...}``; empty where there is no /proc/cpuinfo)."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def target_isa(flags: Sequence[str]) -> Optional[list]:
+  """The instruction-set extensions (of :data:`_ISA`, /proc/cpuinfo's names) that code
+  compiled with ``flags`` may use, as the compiler's predefined macros say; ``None``
+  where the compiler cannot be asked."""
+  compiler = _compiler()
+  target = [f for f in flags if f.startswith("-m")]
+  if not compiler:
+    return None
+  done = subprocess.run([compiler, *target, "-dM", "-E", "-x", "c++", os.devnull],
+                        capture_output=True, text=True, check=False)
+  if done.returncode != 0:
+    return None
+  macros = set(line.split()[1] for line in done.stdout.splitlines()
+               if line.startswith("#define "))
+  return [name for name, macro in _ISA.items() if macro in macros]
+
+
+def _built_flags(path: str) -> str:
+  if os.path.exists(path + ".flags"):
+    with open(path + ".flags", encoding="utf-8") as f:
+      return f.read().strip()
+  return ""
+
+
+def _missing_isa(flags: Sequence[str]) -> list:
+  """Instruction sets code built with ``flags`` may use that this CPU lacks (none asked
+  about for ``-march=native`` alone, or without /proc/cpuinfo)."""
+  if [f for f in flags if f.startswith("-m")] == ["-march=native"] or not os.path.exists(
+      "/proc/cpuinfo"):
+    return []
+  cpu = cpu_extensions()
+  return [x for x in (target_isa(flags) or []) if x not in cpu]
 
 
 def build_report() -> dict:
@@ -155,26 +263,15 @@ def build_report() -> dict:
     CPU's, less those the flags turn off or the -march level lacks), "loaded": bool}``.
   """
   lib = library()
-  cpu, cpu_flags = "", set()
+  cpu = ""
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name") and not cpu:
-          cpu = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and not cpu_flags:
-          cpu_flags = set(line.split(":", 1)[1].split())
+      cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
   except OSError:
     pass
-  flags = ""
-  if lib is not None and _library_path and os.path.exists(_library_path + ".flags"):
-    with open(_library_path + ".flags", encoding="utf-8") as f:
-      flags = f.read().strip()
-  isa = [x for x in _ISA if x in cpu_flags]
-  for march, allowed in _MARCH_ISA.items():
-    if march in flags.split():
-      isa = [x for x in isa if x in allowed]
-  isa = [x for x in isa if f"-mno-{x.replace('_', '')}" not in flags.split()]
-  return {"cpu": cpu, "flags": flags, "isa": isa if flags else [], "loaded": lib is not None}
+  flags = _built_flags(_library_path) if lib is not None and _library_path else ""
+  isa = (target_isa(flags.split()) or []) if flags else []
+  return {"cpu": cpu, "flags": flags, "isa": isa, "loaded": lib is not None}
 
 
 def load_error() -> Optional[str]:
