@@ -17,6 +17,8 @@ rates are medians over the rounds and ratios are taken within the run:
   off); ``<strategy>:unfused`` (e.g. ``accumulate:unfused``) runs each BatchNorm -> ReLU
   -> max-pool block on TensorFlow's separate ops instead of the fused kernel
   (``config.meta.fused_blocks=False``, :mod:`hypernet.numerics.norm_relu_pool`);
+  ``--kernel_archs`` times builds of that kernel for other instruction sets side by
+  side (``tf:accumulate[x86-64-v3]``: ``HYPERNET_KERNEL_ARCH=-march=x86-64-v3``);
 * ``torch``: the same meta-step in PyTorch (``benchmarks/torch_reference.py``:
   ``functional_call`` + ``autograd.grad(create_graph=True)``, one ``backward()`` per
   task), started from the TF target's initial weights on the same first meta-batches
@@ -37,9 +39,13 @@ rates are medians over the rounds and ratios are taken within the run:
 Every implementation runs in ``--processes`` worker processes (default 2; ``#2`` is the
 second). Every ratio is to the fastest PyTorch worker.
 
-Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; build time
-(TF: Trainer and data; PyTorch: module); set-up (trace / first call to the end of the
-first step) and the time of the step after it; peak resident memory (``ru_maxrss``), the
+Printed per implementation: meta-steps/s (median) and its ratio to PyTorch; where the
+time to the first step goes: the framework's imports (TF: TensorFlow and hypernet;
+PyTorch: torch), build time (TF: Trainer and data; PyTorch: the dumped meta-batches and
+the module), the fused kernel's load (compiled on a first run into the cache, ~15 s;
+loaded after), set-up (trace, graph optimisation and the first step) and *start*, the
+process's whole age at the end of its first step (interpreter start-up included); and
+the time of the step after it; peak resident memory (``ru_maxrss``), the
 RSS after the framework's imports (baseline), after building (TF: data set loaded,
 Trainer built; PyTorch: the dumped meta-batches loaded, module built) and the peak above
 the baseline; the first step's loss (the same on
@@ -51,7 +57,7 @@ memory.
       [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
       [--steps 3] [--repeats 5] [--queries 15] [--omp_wait_policy default,PASSIVE]
       [--torch_malloc default,keep] [--processes 2]
-      [--set key=value ...]
+      [--kernel_archs 'native;-march=x86-64-v3;-march=x86-64-v2'] [--set key=value ...]
 """
 import argparse
 import json
@@ -75,6 +81,16 @@ def _rss_mb() -> float:
       if line.startswith("VmRSS:"):
         return int(line.split()[1]) / 1024
   return float("nan")
+
+
+def _process_age() -> float:
+  """Seconds since this process started (the kernel's clock: interpreter start-up and
+  every import included)."""
+  with open("/proc/self/stat") as f:
+    start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+  with open("/proc/uptime") as f:
+    uptime = float(f.read().split()[0])
+  return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_mb() -> float:
@@ -126,10 +142,13 @@ def _serve(run_steps, ready: dict) -> None:
 
 
 def tf_worker(args) -> None:
+  t_import = time.perf_counter()
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  from hypernet.numerics import norm_relu_pool  # pylint: disable=g-import-not-at-top
   from hypernet.training import loop
+  import_s = time.perf_counter() - t_import
   baseline = _rss_mb()
   config = _config(args)
   strategy, _, tasks_in_flight = args.strategy.partition("@")
@@ -169,9 +188,13 @@ def tf_worker(args) -> None:
     if gpu:
       tf.config.experimental.reset_memory_stats("GPU:0")
     t0 = time.perf_counter()
+    if config.meta.fused_blocks:  # Compiled on the first run here, loaded from the cache after.
+      norm_relu_pool.library()
+    kernel_s = time.perf_counter() - t0
     metrics, _ = trainer.train_chunk(iterator, 1)
-    first = time.perf_counter() - t0
-    ready = {"build_s": build, "setup_s": first, "first_step_s": first,
+    first = time.perf_counter() - t0 - kernel_s
+    ready = {"import_s": import_s, "build_s": build, "kernel_s": kernel_s,
+             "setup_s": first, "start_s": _process_age(), "first_step_s": first,
              "baseline_mb": baseline, "built_mb": built, "first_loss": metrics["loss"],
              "jit": trainer.jit}
     # The first call traces and optimises the graph; time a second step alone.
@@ -215,8 +238,10 @@ def _bare_steps(trainer):
 
 
 def torch_worker(args) -> None:
+  t_import = time.perf_counter()
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch_reference  # pylint: disable=g-import-not-at-top
+  import_s = time.perf_counter() - t_import
   if args.malloc_keep and not torch_reference.keep_freed_memory():
     raise SystemExit("--torch_malloc=keep needs glibc (mallopt); drop it here.")
   baseline = _rss_mb()  # (The config is not loaded here: that would import TF.)
@@ -236,9 +261,11 @@ def torch_worker(args) -> None:
   t0 = time.perf_counter()
   loss = step(batches[0])
   setup = time.perf_counter() - t0
+  start = _process_age()
   t0 = time.perf_counter()
   step(batches[1 % len(batches)])
-  ready = {"build_s": build, "setup_s": setup, "first_step_s": time.perf_counter() - t0,
+  ready = {"import_s": import_s, "build_s": build, "kernel_s": 0.0, "setup_s": setup,
+           "start_s": start, "first_step_s": time.perf_counter() - t0,
            "baseline_mb": baseline, "built_mb": built, "first_loss": loss}
   count = [2]
 
@@ -306,6 +333,15 @@ def _mallocs(spec: str):
   return mallocs
 
 
+ARCH_ENV = "HYPERNET_KERNEL_ARCH"  # hypernet.numerics.norm_relu_pool.ARCH_ENV (no TF import here)
+
+
+def _archs(spec: str):
+  """``--kernel_archs`` as a list of target-option strings ('native': -march=native)."""
+  archs = [a.strip() for a in spec.split(";") if a.strip()] or ["native"]
+  return ["-march=native" if a == "native" else a for a in archs]
+
+
 def _common_argv(args, order, meta_batch):
   return (["--order", order, "--meta_batch", str(meta_batch), "--config", args.config,
            "--data_dir", args.data_dir, "--zips", args.zips, "--queries", str(args.queries),
@@ -330,7 +366,12 @@ def compare(args, order, meta_batch, have_torch) -> None:
       for strategy in args.strategies.split(","):
         argv = _common_argv(args, order, meta_batch) + ["--worker", "tf", "--strategy",
                                                         strategy]
-        workers += [Worker(f"tf:{strategy}{x}", argv) for x in suffixes]
+        for arch in _archs(args.kernel_archs):
+          # The fused kernel's build per HYPERNET_KERNEL_ARCH (named by its -march).
+          tag = "" if arch == "-march=native" else "[" + " ".join(
+              w.replace("-march=", "") for w in arch.split()) + "]"
+          workers += [Worker(f"tf:{strategy}{tag}{x}", argv, {ARCH_ENV: arch})
+                      for x in suffixes]
       if have_torch:
         # PyTorch's OpenMP threads spin while they wait by default: fastest on quiet
         # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
@@ -359,15 +400,17 @@ def compare(args, order, meta_batch, have_torch) -> None:
         f"windows of {args.steps} steps per worker ({args.processes} process(es) per "
         "implementation, #k: the k-th); 'vs torch' is the ratio to the fastest PyTorch "
         "worker")
-  print(f"{'implementation':18s} {'steps/s':>8s} {'vs torch':>8s} {'build s':>8s} "
-        f"{'set-up s':>8s} {'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
+  print(f"{'implementation':30s} {'steps/s':>8s} {'vs torch':>8s} {'import s':>8s} "
+        f"{'build s':>8s} {'kernel s':>8s} {'set-up s':>8s} {'start s':>8s} "
+        f"{'step s':>7s} {'peak MB':>8s} {'base MB':>8s} "
         f"{'built MB':>8s} {'above MB':>8s} {'first loss':>10s} {'faults/step':>11s}")
   for w in workers:
     r = w.ready
     ratio = f"{rate[w.name] / ref:8.2f}" if ref else f"{'-':>8s}"
     gpu = f"  GPU peak {r['gpu_peak_mb']:.0f} MB" if "gpu_peak_mb" in r else ""
-    print(f"{w.name:18s} {rate[w.name]:8.3f} {ratio} {r['build_s']:8.1f} "
-          f"{r['setup_s']:8.1f} {r['first_step_s']:7.2f} {w.peak_mb:8.0f} "
+    print(f"{w.name:30s} {rate[w.name]:8.3f} {ratio} {r['import_s']:8.1f} "
+          f"{r['build_s']:8.1f} {r['kernel_s']:8.1f} {r['setup_s']:8.1f} "
+          f"{r['start_s']:8.1f} {r['first_step_s']:7.2f} {w.peak_mb:8.0f} "
           f"{r['baseline_mb']:8.0f} {r['built_mb']:8.0f} {w.peak_mb - r['baseline_mb']:8.0f} "
           f"{r['first_loss']:10.5f} {statistics.median(w.faults):11.0f}{gpu}", flush=True)
 
@@ -402,6 +445,11 @@ def main():
                       "workers each per --omp_wait_policy value")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
+  parser.add_argument("--kernel_archs", default="native",
+                      help="';'-separated builds of the fused kernel to time, each "
+                      "HYPERNET_KERNEL_ARCH of its TF workers, e.g. "
+                      "'native;-march=x86-64-v3;-march=x86-64-v2' (workers named "
+                      "tf:STRATEGY[x86-64-v3])")
   # Worker processes (internal).
   parser.add_argument("--worker", choices=("tf", "torch"), help=argparse.SUPPRESS)
   parser.add_argument("--order", default="second", help=argparse.SUPPRESS)
