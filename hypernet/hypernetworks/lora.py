@@ -241,16 +241,29 @@ class LoRAHypernetwork(base.Hypernetwork):
   def generate(self, condition) -> Dict[str, tf.Tensor]:
     """``W_0 + scale * A @ B`` for each adapted weight (condition: vectors or ids)."""
     out = {}
-    for p, shape_p, (a, b) in zip(self.paths, self.shapes, self._factors(condition).values()):
+    for p, update in self._updates(condition).items():
       w0 = tf.convert_to_tensor(self.base_weights[p])
       if self.train_base:  # W_0 while the gate is 1; its frozen copy (no gradient) at 0.
         gate = tf.cast(self.base_gate, w0.dtype)
         w0 = gate * w0 + (1.0 - gate) * tf.convert_to_tensor(self.frozen_base[p])
-      delta = tf.matmul(a, b)                                  # [.., m, n]
-      shape = tf.concat([tf.shape(delta)[:-2], tf.constant(shape_p, tf.int32)], 0)
-      w = w0 + self.scale * tf.cast(tf.reshape(delta, shape), w0.dtype)
+      w = w0 + update
       dtype = self.dtypes[self.paths.index(p)]
       out[p] = tf.cast(w, dtype) if w.dtype != dtype else w
+    return out
+
+  def updates(self, condition=None) -> Dict[str, tf.Tensor]:
+    """``{path: scale * reshape(A @ B, W.shape)}``: the update alone, to add to a base
+    held elsewhere (a learner adds it to the target's current weights,
+    :class:`hypernet.meta.SupportAdapter`); ``[S, *shape]`` for a batch of conditions, in
+    the variables' dtype (float32 under a mixed policy), zero at the start (``B = 0``)."""
+    return self._updates(self.condition_vectors(condition))
+
+  def _updates(self, condition) -> Dict[str, tf.Tensor]:
+    out = {}
+    for p, shape_p, (a, b) in zip(self.paths, self.shapes, self._factors(condition).values()):
+      delta = tf.matmul(a, b)                                  # [.., m, n]
+      shape = tf.concat([tf.shape(delta)[:-2], tf.constant(shape_p, tf.int32)], 0)
+      out[p] = self.scale * tf.cast(tf.reshape(delta, shape), self.variable_dtype)
     return out
 
   def freeze_base(self) -> None:
