@@ -349,9 +349,10 @@ def _check_augment(config) -> None:
 
 
 # Learners that write the head per task from the support set's class prototypes
-# (hypernet/meta/support_hypernet.py, protonet.py): trained at more ways than tested
-# (meta.train_ways, the head masks the classes an episode lacks), no 'before' metrics.
-_PROTOTYPE_HEAD_LEARNERS = ("support_hypernet", "protonet")
+# (hypernet/meta/support_hypernet.py, protonet.py, support_adapter.py): trained at more
+# ways than tested (meta.train_ways, the head masks the classes an episode lacks), no
+# 'before' metrics, no single target to export.
+_PROTOTYPE_HEAD_LEARNERS = ("support_hypernet", "protonet", "support_adapter")
 PROTOTYPE_HEAD_LEARNERS = _PROTOTYPE_HEAD_LEARNERS   # Public: hypernet.evaluate --set.
 
 
@@ -375,9 +376,10 @@ def _check_meta(config) -> None:
   if mc.get("train_ways", 0) and (mc.learner not in _PROTOTYPE_HEAD_LEARNERS
                                   or config.task != "few_shot"):
     raise ConfigError(
-        f"config.meta.train_ways={mc.train_ways} needs config.meta.learner="
-        f"'support_hypernet' or 'protonet' on task 'few_shot' (got {mc.learner!r}, "
-        f"{config.task!r}): other learners adapt an N-way head; set train_ways=0.")
+        f"config.meta.train_ways={mc.train_ways} needs config.meta.learner "
+        f"{' or '.join(map(repr, _PROTOTYPE_HEAD_LEARNERS))} on task 'few_shot' (got "
+        f"{mc.learner!r}, {config.task!r}): other learners adapt an N-way head; set "
+        "train_ways=0.")
   if mc.get("train_before_metrics", False) and mc.learner in _PROTOTYPE_HEAD_LEARNERS:
     raise ConfigError(
         f"config.meta.train_before_metrics=True with config.meta.learner={mc.learner!r}: "
@@ -1065,7 +1067,7 @@ def _meta_defaults(c) -> None:
   c.meta.num_ways = 5          # N (few_shot)
   c.meta.train_ways = 0        # N of meta-training episodes (0: num_ways); more than
   # num_ways trains with higher way (Snell et al. 2017), the head sized for both
-  # (support_hypernet and protonet)
+  # (support_hypernet, protonet and support_adapter)
   c.meta.num_shots = 1         # K: support examples per class (sinusoid: support points)
   c.meta.num_queries = 1       # query examples per class in meta-training (sinusoid: points)
   c.meta.eval_queries = 1      # query examples per class in meta-testing

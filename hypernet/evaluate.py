@@ -117,6 +117,13 @@ def eval_config(config, overrides=()):
   return new, applied
 
 
+def _and(names) -> str:
+  """``'a', 'b' and 'c'``."""
+  quoted = [repr(n) for n in names]
+  return " and ".join([", ".join(quoted[:-1])] + quoted[-1:]) if len(quoted) > 1 else (
+      "".join(quoted))
+
+
 def _check_trained_shapes(config, new, applied) -> None:
   """Raises ConfigError when ``new`` needs parameters of other shapes than ``config``
   trained; keeps the head width of a learner that writes it per task (sets train_ways)."""
@@ -140,7 +147,7 @@ def _check_trained_shapes(config, new, applied) -> None:
           f"--set meta.num_ways={asked}: learner {learner!r} adapts the run's {head}-way "
           f"head (config.meta.num_ways={config.meta.num_ways} when trained), so it "
           f"evaluates {head}-way episodes only; learners "
-          f"{' and '.join(map(repr, config_lib.PROTOTYPE_HEAD_LEARNERS))} (a head "
+          f"{_and(config_lib.PROTOTYPE_HEAD_LEARNERS)} (a head "
           "written per task) with config.meta.train_ways >= N serve any N-way.")
   rows = lambda c: max(int(c.meta.inner_steps), int(c.meta.eval_inner_steps))
   per_step = config.meta.bn_mode == "per_step" or config.meta.per_step_bn_weights

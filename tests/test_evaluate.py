@@ -302,7 +302,8 @@ def test_eval_config_keeps_a_support_hypernetwork_head_for_fewer_ways():
     ("omniglot_maml", ["meta.num_ways=20"],
      "--set meta.num_ways=20: learner 'maml' adapts the run's 5-way head "
      "(config.meta.num_ways=5 when trained), so it evaluates 5-way episodes only; learners "
-     "'support_hypernet' and 'protonet' (a head written per task) with "
+     "'support_hypernet', 'protonet' and 'support_adapter' (a head written per task) "
+     "with "
      "config.meta.train_ways >= N serve any N-way."),
     ("omniglot_standard_support_hypernet", ["meta.num_ways=41"],
      "--set meta.num_ways=41: the run's per-task head has 40 outputs (config.meta."

@@ -359,7 +359,7 @@ def _meta_config(learner):
 
 def test_the_registry_lists_the_learners_and_the_schema_reads_the_same_ones():
   assert LEARNERS == ("anil", "fomaml", "imaml", "maml", "metasgd", "protonet",
-                      "support_hypernet")
+                      "support_adapter", "support_hypernet")
   selector, twin = config_lib.SELECTED_GROUPS["meta"]
   assert selector == "learner" and twin is config_lib.LEARNERS
   assert (twin.family, twin.field, twin.package, twin.base) == (
@@ -402,7 +402,7 @@ def test_every_learner_validates_and_the_run_reads_exactly_its_fields(learner,
   used = {k[len("meta."):] for k in config_lib.used_fields(c) if k.startswith("meta.")}
   fields = config_lib.LEARNERS.declared_fields(learner)
   own = {"support_hypernet": {"train_ways", "body_hypernet"},
-         "protonet": {"train_ways"}}.get(learner, set())
+         "protonet": {"train_ways"}, "support_adapter": {"train_ways"}}.get(learner, set())
   assert used - set(fields) == EPISODE_FIELDS | own
   assert set(fields) <= used
 
@@ -413,7 +413,8 @@ def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monk
   translation (ANIL's head, support_hypernet's scale, iMAML's proximal_lambda)."""
   from hypernet.tasks import meta_learning  # pylint: disable=g-import-not-at-top
   c = _meta_config(learner)
-  if learner != "protonet":   # It has no inner loop: its one field is the head.
+  inner_loop = learner not in ("protonet", "support_adapter")   # Those have none.
+  if inner_loop:
     c.meta.update({"inner_lr": 0.25, "inner_steps": 2})
   if learner in ("maml", "fomaml", "imaml", "anil", "metasgd"):
     c.meta.zero_init = "head/*"
@@ -421,6 +422,9 @@ def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monk
     c.meta.scale, c.meta.generator_widths = 3.0, (5,)
   if learner == "imaml":
     c.meta.proximal_lambda, c.meta.cg_steps = 0.5, 3
+  if learner == "support_adapter":
+    c.meta.update({"adapt": "conv2/kernel", "rank": 3, "adapter_scale": 0.5,
+                   "generator_widths": (5,), "task_dim": 4, "train_base": False})
   config_lib.validate(c)
   cls = hn.meta.LEARNERS.get(learner)
   received = {}
@@ -437,10 +441,10 @@ def test_make_learner_hands_each_learner_its_config_fields_by_name(learner, monk
   built = meta_learning.make_learner(c, target, "sparse_softmax_cross_entropy")
   assert type(built) is cls
   expected = {k: c.meta[k] for k in hn.meta.LEARNERS.config_fields(learner)}
-  if learner == "support_hypernet":
+  if "seed" in hn.meta.LEARNERS.fields(cls):
     expected["seed"] = c.seed
   assert {k: v for k, v in received.items() if k not in ("model", "loss_fn")} == expected
-  if learner != "protonet":
+  if inner_loop:
     assert built.inner_lr == 0.25 and built.inner_steps == 2
 
 

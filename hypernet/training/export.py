@@ -9,6 +9,8 @@ import os
 
 from typing import Dict, Optional
 
+from hypernet import config_lib
+
 # Keras, TensorFlow and the summaries are imported where they are used: the command line
 # checks an export path, the run and its condition (check_export_path, check_exportable,
 # check_condition) before it imports TensorFlow.
@@ -78,13 +80,15 @@ class NotExportableError(ValueError):
 def exportable(config) -> bool:
   """Whether a run's target network is one set of weights that can be exported.
 
-  Not for the support-conditioned hypernetwork and Prototypical Networks
-  (``config.meta.learner="support_hypernet"`` or ``"protonet"``): they generate the
-  classifier head from each task's support set and never train the target's own head
-  variable, so a file of the target would classify with an untrained head.
+  Not for the learners that write the head per task
+  (``config_lib.PROTOTYPE_HEAD_LEARNERS``: ``config.meta.learner="support_hypernet"``,
+  ``"protonet"``, ``"support_adapter"``): they generate the classifier head from each
+  task's support set and never train the target's own head variable, so a file of the
+  target would classify with an untrained head (``"support_adapter"`` also adapts the
+  body per task).
   """
   return not (config.task in ("few_shot", "sinusoid")
-              and config.meta.learner in ("support_hypernet", "protonet"))
+              and config.meta.learner in config_lib.PROTOTYPE_HEAD_LEARNERS)
 
 
 def check_exportable(config) -> None:
