@@ -445,7 +445,8 @@ class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, ke
     tasks = self._episodes(data)
     ctx = tf.distribute.get_replica_context()
     replicas = ctx.num_replicas_in_sync if ctx is not None else 1
-    local = tf.shape(tasks["support_x"])[0]
+    # A model with several inputs takes dicts or tuples of [T, ...] tensors.
+    local = tf.shape(tf.nest.flatten(tasks["support_x"])[0])[0]
     # Each replica's share of the mean over the global meta-batch; the optimiser sums
     # the replicas' gradients.
     task_weight = 1.0 / tf.cast(local * replicas, tf.float64)
