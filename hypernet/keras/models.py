@@ -287,7 +287,8 @@ class HyperModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, k
 def make_learner(target: keras.Model, learner, loss, **kwargs):
   """The inner-loop learner ``learner`` for ``target``, from the learners' registry
   (:data:`hypernet.meta.LEARNERS`): a registered name (``"maml"``, ``"fomaml"``,
-  ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"protonet"``, ``"imaml"``),
+  ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"protonet"``,
+  ``"support_adapter"``, ``"imaml"``),
   ``"package.module:Class"``, or a :class:`hypernet.meta.Learner` subclass; ``kwargs``
   go to its constructor.
 
@@ -323,9 +324,9 @@ class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, ke
     after adaptation) and, for classification, ``accuracy``.
   * ``test_step``: the same tasks adapted without an update (with ``eval_inner_steps``
     inner steps): ``loss``, ``accuracy`` after adaptation and ``loss_before`` /
-    ``accuracy_before`` at the initial weights (not for ``"support_hypernet"`` and
-    ``"protonet"``, whose head is generated per task: the target's own head is never
-    used).
+    ``accuracy_before`` at the initial weights (not for ``"support_hypernet"``,
+    ``"protonet"`` and ``"support_adapter"``, whose head is generated per task: the
+    target's own head is never used).
   * ``call({"support_x", "support_y", "query_x"})``: the query outputs after adaptation,
     ``[T, N*Q, outputs]`` (``predict``).
 
@@ -336,7 +337,8 @@ class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, ke
     target: a built Keras model (or its serialised config); its trainable weights are the
       meta-learned initialisation.
     learner: a registered learner's name (``"maml"``, ``"fomaml"``, ``"metasgd"``,
-      ``"anil"``, ``"support_hypernet"``, ``"protonet"``, ``"imaml"``:
+      ``"anil"``, ``"support_hypernet"``, ``"protonet"``, ``"support_adapter"``,
+      ``"imaml"``:
       :data:`hypernet.meta.LEARNERS`), your own :class:`hypernet.meta.Learner`
       subclass, or it as ``"package.module:Class"``.
     loss: ``"sparse_softmax_cross_entropy"`` (classification, adds accuracy) or ``"mse"``.

@@ -336,7 +336,7 @@ def make_learner(config, target: keras.Model, loss) -> meta.Learner:
   """The inner-loop learner named by ``config.meta.learner`` for ``target``, from the
   learners' registry (:data:`hypernet.meta.LEARNERS`): a built-in name (``"maml"``,
   ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"support_hypernet"``, ``"protonet"``,
-  ``"imaml"``) or your
+  ``"support_adapter"``, ``"imaml"``) or your
   own :class:`hypernet.meta.Learner` subclass as ``"package.module:Class"``, whose
   constructor gets ``model``, ``loss_fn``, ``seed`` (``config.seed``, where it takes one)
   and the ``config.meta`` fields of its other arguments' names. ``"support_hypernet"``
