@@ -29,7 +29,7 @@ from hypernet.data import episodes
 from hypernet.data.digits import load_digits
 from hypernet.keras import MetaModel
 from hypernet.meta import conv4, meta_batch, protonet, support_adapter
-from hypernet.training import loop
+from hypernet.training import export, loop
 from tests.test_meta import central_fd
 
 LOSS = "sparse_softmax_cross_entropy"
@@ -385,7 +385,8 @@ def _config(name):
 
 def test_the_config_is_protonets_with_adapters():
   """The committed config differs from omniglot_standard_protonet only in the learner
-  and its fields; another learner's field is refused in one line."""
+  and its fields; it is refused --export (no single target); another learner's field is
+  refused in one line."""
   mine, theirs = _config("omniglot_standard_support_adapter"), _config(
       "omniglot_standard_protonet")
   config_lib.validate(mine)
@@ -395,6 +396,10 @@ def test_the_config_is_protonets_with_adapters():
   own = set(config_lib.LEARNERS.declared()["support_adapter"])
   differ = {k for k in mine.meta if mine.meta[k] != theirs.meta[k]}
   assert differ <= own | {"learner"}, differ
+  assert not export.exportable(mine)   # The head (and body) are written per task.
+  with pytest.raises(export.NotExportableError,
+                     match=r"^--export: config\.meta\.learner='support_adapter' generates"):
+    export.check_exportable(mine)
   mine.meta.inner_lr = 0.1
   with pytest.raises(config_lib.ConfigError,
                      match=r"^config\.meta\.inner_lr=0\.1 is not read by learner "

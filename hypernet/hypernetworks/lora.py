@@ -93,7 +93,8 @@ class LoRAHypernetwork(base.Hypernetwork):
 
   Calling it: as every hypernetwork kind (``hnet()``, ``hnet(task_id)``, ``hnet(ids [S])``,
   ``hnet(vectors [S, d])``): ``{path: W'}`` of the spec's shapes (``[S, *shape]`` for a
-  batch of conditions). :meth:`factors` returns ``A``, ``B`` themselves.
+  batch of conditions). :meth:`factors` returns ``A``, ``B`` themselves, :meth:`updates`
+  the update ``scale * A @ B`` alone (for a base held elsewhere).
 
   Raises:
     ValueError: no base values, a weight of rank < 2, ``rank`` < 1, an unknown ``generator``, a ``"table"`` given ``condition_dim`` without
