@@ -299,6 +299,35 @@ def test_bad_arguments_are_named_in_one_line():
     _learner(no_kernel)
 
 
+def test_under_a_mixed_policy_the_head_and_adapters_are_float32():
+  """mixed_bfloat16: the body's features come in bfloat16; the prototypes, the head and
+  the adapted kernels are float32 (the variables' dtype), the loss at B = 0 is
+  ProtoNet's, and the generator gets finite gradients."""
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    keras.utils.set_random_seed(5)
+    model = conv4.make_conv4(5, (8, 8, 1), filters=4, num_blocks=2)
+    learner = support_adapter.SupportAdapter(model, LOSS, rank=2, generator_widths=(4,),
+                                             task_dim=3)
+    proto = protonet.PrototypicalNetwork(model, LOSS)
+    rng = np.random.default_rng(0)
+    batch = {"support_x": rng.random((2, 5, 8, 8, 1), "float32"),
+             "support_y": np.tile(np.arange(5), (2, 1)),
+             "query_x": rng.random((2, 10, 8, 8, 1), "float32"),
+             "query_y": np.tile(np.repeat(np.arange(5), 2), (2, 1))}
+    fast, _ = learner.adapt(batch["support_x"][0], batch["support_y"][0])
+    assert {fast[p].dtype for p in learner.adapter_paths + learner.generated_paths} == {
+        tf.float32}
+    with tf.GradientTape() as tape:
+      mine = meta_batch.meta_batch_loss(learner, batch, before_metrics=False).loss
+    theirs = meta_batch.meta_batch_loss(proto, batch, before_metrics=False).loss
+    assert float(mine) == pytest.approx(float(theirs), rel=1e-6)
+    grads = tape.gradient(mine, learner.trainable_variables)
+    assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+
+
 # -- the config and the command line ------------------------------------------------------
 def _digits_config(**meta):
   c = config_lib.base_config()

@@ -180,6 +180,9 @@ class PrototypicalNetwork(learner_lib.Learner):
     self._body, self._head = self.split.body, self.split.head   # Checkpointed.
     self.kernel_path, self.bias_path = layout.kernel_path, layout.bias_path
     self.generated_paths = [self.kernel_path, self.bias_path]
+    # The head's variable dtype: under a mixed policy the body's features come in the
+    # compute dtype (bfloat16 / float16), the head is written in float32.
+    self.head_dtype = layout.dtype
 
   @property
   def body(self) -> keras.Model:
@@ -200,16 +203,18 @@ class PrototypicalNetwork(learner_lib.Learner):
     """The head of the module doc from support embeddings.
 
     Args:
-      features: ``[n*K, D]`` support embeddings (the body's output), the head's dtype.
+      features: ``[n*K, D]`` support embeddings (the body's output; a mixed policy's
+        compute dtype is cast to the head's).
       labels: ``[n*K]`` int class ids ``0..n-1`` (``n <= N``); every one must occur.
 
     Returns:
-      ``{kernel path: [D, N] (2 p_c), bias path: [N] (-||p_c||^2)}``, classes ``n..N-1``
-      masked (:func:`prototype_head`).
+      ``{kernel path: [D, N] (2 p_c), bias path: [N] (-||p_c||^2)}`` in the head
+      variables' dtype, classes ``n..N-1`` masked (:func:`prototype_head`).
 
     Raises:
       InvalidArgumentError: a class below the largest label has no support example.
     """
+    features = tf.cast(features, self.head_dtype)
     protos, present = class_prototypes(features, labels, self.num_ways)
     kernel, bias = prototype_head(2.0 * protos, -tf.reduce_sum(tf.square(protos), -1),
                                   present)
@@ -266,5 +271,5 @@ class PrototypicalNetwork(learner_lib.Learner):
     query_state.update(body_state)
     queries, _ = self._embed_support(query_x, init, query_state, options)
     num = tf.reduce_max(tf.cast(support_y, tf.int32)) + 1
-    protos, _ = class_prototypes(features, support_y, num)
-    return squared_euclidean_logits(queries, protos)
+    protos, _ = class_prototypes(tf.cast(features, self.head_dtype), support_y, num)
+    return squared_euclidean_logits(tf.cast(queries, self.head_dtype), protos)

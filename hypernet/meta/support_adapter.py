@@ -250,12 +250,12 @@ class SupportAdapter(protonet.PrototypicalNetwork):
   def _embedding(self, support_x, support_y, init: Weights, state, inner_training):
     features, _ = self.split.run_body(init, support_x, self._options_training(inner_training),
                                       dict(state or {}))
-    protos, present = protonet.class_prototypes(features, support_y, self.num_ways)
+    protos, present = protonet.class_prototypes(tf.cast(features, self.head_dtype),
+                                                support_y, self.num_ways)
     mask = tf.cast(present, protos.dtype)
     embedding = tf.reduce_sum(protos * mask[:, None], 0) / tf.reduce_sum(mask)
     if self.projection is not None:
-      embedding = tf.linalg.matvec(self.projection, tf.cast(embedding, self.projection.dtype),
-                                   transpose_a=True)
+      embedding = tf.linalg.matvec(self.projection, embedding, transpose_a=True)
     return embedding
 
   def task_weights(self, support_x, support_y, weights: Optional[Weights] = None,
