@@ -28,9 +28,7 @@ Keras step runs Keras' element-wise BatchNorm and the functional call the fused 
         [--malloc_keep]
 """
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # PyTorch's OpenMP threads spin while waiting; on a shared machine that collapses its
@@ -45,6 +43,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
+import timing  # noqa: E402
 import torch_reference  # noqa: E402
 from hypernet.tasks import classification  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
@@ -69,30 +68,8 @@ def _fake_data(n=256):
 
 
 def _loop(step_fn, batch):
-  """A window of ``n`` compiled steps; returns a callable ``run(n)``."""
-  loop = tf.function(lambda n: tf.foldl(lambda a, _: a + step_fn(batch), tf.range(n),
-                                        initializer=tf.constant(0.0)))
-  return lambda n: loop(tf.constant(n)).numpy()
-
-
-def _interleaved(runs):
-  """``{name: run(n)}`` -> ``{name: (steps/s, CPU steps/s, warm-up s)}``, medians over
-  ``FLAGS.repeats`` interleaved rounds of ``FLAGS.steps`` steps."""
-  warmup, wall, cpu = {}, {k: [] for k in runs}, {k: [] for k in runs}
-  for name, run in runs.items():
-    t = time.perf_counter()
-    run(2)  # trace + warm-up
-    warmup[name] = time.perf_counter() - t
-  names = list(runs)
-  for r in range(FLAGS.repeats):
-    for k in range(len(names)):
-      name = names[(r + k) % len(names)]
-      t, c = time.perf_counter(), time.process_time()
-      runs[name](FLAGS.steps)
-      wall[name].append(time.perf_counter() - t)
-      cpu[name].append(time.process_time() - c)
-  return {k: (FLAGS.steps / statistics.median(wall[k]), FLAGS.steps / statistics.median(cpu[k]),
-              warmup[k]) for k in names}
+  """A window of ``n`` compiled steps on ``batch``; returns a callable ``run(n)``."""
+  return timing.compiled_window(lambda: step_fn(batch))
 
 
 def _task_step(task, variables, optimizer):
@@ -159,7 +136,8 @@ def main(_):
     runs["PyTorch (nn.Module, Adam)"] = torch_run
   else:
     print(torch_reference.MISSING)
-  results = _interleaved(runs)
+  results = {k: (1 / wall, 1 / cpu, warm) for k, (wall, cpu, warm) in
+             timing.interleaved(runs, FLAGS.steps, FLAGS.repeats).items()}
 
   base, base_cpu = results["plain Keras"][:2]
   print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/window, median of {FLAGS.repeats} "

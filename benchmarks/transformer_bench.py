@@ -28,8 +28,7 @@ wall and of process CPU time.
         [--num_heads=4] [--seq_len=64] [--batch_size=16] [--steps=10] [--repeats=7]
 """
 import os
-import statistics
-import time
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -41,6 +40,9 @@ import tensorflow as tf  # noqa: E402
 
 import hypernet as hn  # noqa: E402
 from hypernet.numerics import second_order  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402  pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer("num_layers", 2, "Transformer layers.")
 flags.DEFINE_integer("hidden_dim", 128, "Hidden width.")
@@ -111,33 +113,6 @@ def _variants(model, inputs):
           "functional f+b, all_tapes_visible": functional_backward_first_order}
 
 
-def _loop(step):
-  """A window of ``n`` compiled calls; returns a callable ``run(n)``."""
-  loop = tf.function(lambda n: tf.foldl(lambda a, _: a + step(), tf.range(n),
-                                        initializer=tf.constant(0.0)))
-  return lambda n: loop(tf.constant(n)).numpy()
-
-
-def _interleaved(runs):
-  """``{name: run(n)}`` -> ``{name: (s/call, CPU s/call, warm-up s)}``, medians over
-  ``FLAGS.repeats`` interleaved rounds of ``FLAGS.steps`` calls."""
-  warmup, wall, cpu = {}, {k: [] for k in runs}, {k: [] for k in runs}
-  for name, run in runs.items():
-    t = time.perf_counter()
-    run(2)  # trace + warm-up
-    warmup[name] = time.perf_counter() - t
-  names = list(runs)
-  for r in range(FLAGS.repeats):
-    for k in range(len(names)):
-      name = names[(r + k) % len(names)]
-      t, c = time.perf_counter(), time.process_time()
-      runs[name](FLAGS.steps)
-      wall[name].append(time.perf_counter() - t)
-      cpu[name].append(time.process_time() - c)
-  return {k: (statistics.median(wall[k]) / FLAGS.steps, statistics.median(cpu[k]) / FLAGS.steps,
-              warmup[k]) for k in names}
-
-
 def main(_):
   import keras_hub  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(0)
@@ -154,7 +129,8 @@ def main(_):
     assert abs(a - b) <= 1e-4 * abs(a), (kind, a, b)
   a = values["functional f+b, all_tapes_visible"]
   assert abs(a - values["plain forward+backward"]) <= 1e-4 * abs(a), a
-  results = _interleaved({k: _loop(f) for k, f in variants.items()})
+  results = timing.interleaved({k: timing.compiled_window(f) for k, f in variants.items()},
+                                FLAGS.steps, FLAGS.repeats)
   count = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
   print(f"BertBackbone: {FLAGS.num_layers} layers, hidden {FLAGS.hidden_dim}, "
         f"{FLAGS.num_heads} heads, intermediate {FLAGS.intermediate_dim}, vocabulary "
