@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -27,6 +26,7 @@ from hypernet.data import pipeline
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "configs"))
+import cluster  # noqa: E402  pylint: disable=g-import-not-at-top
 import digits_hyper  # noqa: E402  pylint: disable=g-import-not-at-top
 
 TIMEOUT = 240  # seconds; every wait below is bounded so nothing can hang.
@@ -57,54 +57,27 @@ def _parameters(values):
   return {k: v for k, v in values.items() if not k.startswith("step/")}
 
 
-class _Job:
-  """A ``python -m hypernet.train`` subprocess whose stderr is collected by a thread."""
+class _Job(cluster.Job):
+  """A ``python -m hypernet.train`` subprocess whose stderr is collected by a thread
+  (``tests/cluster.py``), waited for with this file's timeouts."""
 
   def __init__(self, workdir, *flags):
     self.cmd = [sys.executable, "-m", "hypernet.train", "--config=configs/digits_hyper.py",
                 f"--workdir={workdir}", "--config.eval_every=0", "--config.summaries.every=0",
                 "--config.deterministic=True", *flags]
-    self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
-    self.lines = []
-    self._reader = threading.Thread(target=self._read, daemon=True)
-    self._reader.start()
-
-  def _read(self):
-    for line in self.proc.stderr:
-      self.lines.append(line)
-
-  @property
-  def log(self):
-    return "".join(self.lines)
+    super().__init__(self.cmd, dict(os.environ))
 
   def wait_for(self, pattern, timeout=TIMEOUT):
-    """Blocks until a stderr line matches ``pattern``; returns the match."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-      for line in list(self.lines):
-        m = re.search(pattern, line)
-        if m:
-          return m
-      if self.proc.poll() is not None:
-        self._reader.join(5)
-        for line in self.lines:
-          if re.search(pattern, line):
-            return re.search(pattern, line)
-        raise AssertionError(f"exited ({self.proc.returncode}) before {pattern!r}:\n"
-                             f"{self.log[-3000:]}")
-      time.sleep(0.05)
-    self.proc.kill()
-    raise AssertionError(f"timed out waiting for {pattern!r}:\n{self.log[-3000:]}")
+    """Blocks until a stderr line matches ``pattern``; returns the match (killed on
+    timing out)."""
+    try:
+      return super().wait_for(pattern, time.time() + timeout)
+    except AssertionError:
+      self.kill()
+      raise
 
   def wait(self, timeout=TIMEOUT):
-    try:
-      self.proc.wait(timeout)
-    finally:
-      if self.proc.poll() is None:
-        self.proc.kill()
-    self._reader.join(5)
-    return self.proc.returncode
+    return super().wait(time.time() + timeout)
 
 
 @pytest.mark.slow
