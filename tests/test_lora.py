@@ -62,6 +62,25 @@ def test_matrix_split_reads_each_layer_as_lora_does():
     lora.matrix_split((7,))
 
 
+def test_depthwise_kernel_is_read_as_taps_by_channels():
+  # DepthwiseConv2D's kernel [kh, kw, in, mult] contracts only its kh * kw taps with the
+  # input (fan-in K), so it is read as [K, in * mult]: a rank-r update mixes channels,
+  # where all-but-last ([K * in, mult], mult = 1) would allow rank 1 at most.
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6, 6, 5)),
+                            L.DepthwiseConv2D(3, depth_multiplier=2, name="dw")])
+  roles = hn.weight_roles(model)
+  assert lora.matrix_split((3, 3, 5, 2), roles["dw/kernel"]) == 2          # [9, 10]
+  hnet, values = _lora(model, "dw/kernel", generator="table", rank=3, scale=0.5)
+  assert hnet.matrix_shapes == {"dw/kernel": (9, 10)}
+  _randomize_b(hnet)
+  a, b = (f.numpy() for f in hnet.factors()["dw/kernel"])
+  want = values["dw/kernel"] + 0.5 * (a @ b).reshape(3, 3, 5, 2)
+  np.testing.assert_allclose(hnet.generate(None)["dw/kernel"].numpy(), want, rtol=1e-6,
+                             atol=1e-6)
+  assert np.linalg.matrix_rank(0.5 * a @ b) == 3
+
+
 @pytest.mark.parametrize("generator", ["mlp", "table"])
 def test_starts_at_the_base_and_equals_numpy_w0_plus_scaled_ab(generator):
   model = _attention_target()
