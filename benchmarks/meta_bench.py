@@ -57,7 +57,8 @@ memory.
       [--meta_batches 16,32] [--orders second,first] [--strategies accumulate,map_fn] \\
       [--steps 3] [--repeats 5] [--queries 15] [--omp_wait_policy default,PASSIVE]
       [--torch_malloc default,keep] [--processes 2]
-      [--kernel_archs 'native;-march=x86-64-v3;-march=x86-64-v2'] [--set key=value ...]
+      [--kernel_archs 'native;-march=x86-64-v3;-march=x86-64-v2'] [--tf_malloc default,keep]
+      [--set key=value ...]
 """
 import argparse
 import json
@@ -323,17 +324,20 @@ def _policies(spec: str):
   return ["default" if p.upper() == "DEFAULT" else p.upper() for p in policies]
 
 
-def _mallocs(spec: str):
-  """``--torch_malloc`` as a list of 'default' / 'keep'."""
+def _mallocs(spec: str, flag: str = "--torch_malloc"):
+  """``--torch_malloc`` (or ``--tf_malloc``) as a list of 'default' / 'keep'."""
   mallocs = [m.strip().lower() or "default" for m in spec.split(",")]
   bad = [m for m in mallocs if m not in ("default", "keep")]
   if bad:
-    raise SystemExit(f"--torch_malloc: unknown value(s) {bad}; use default (glibc's own) "
+    raise SystemExit(f"{flag}: unknown value(s) {bad}; use default (glibc's own) "
                      "or keep (freed memory kept for reuse), comma-separated.")
   return mallocs
 
 
 ARCH_ENV = "HYPERNET_KERNEL_ARCH"  # hypernet.numerics.norm_relu_pool.ARCH_ENV (no TF import here)
+# glibc's malloc keeping freed memory, set before the process starts (mallopt's values
+# in torch_reference.keep_freed_memory).
+KEEP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def _archs(spec: str):
@@ -371,8 +375,13 @@ def compare(args, order, meta_batch, have_torch) -> None:
           # The fused kernel's build per HYPERNET_KERNEL_ARCH (named by its -march).
           tag = "" if arch == "-march=native" else "[" + " ".join(
               w.replace("-march=", "") for w in arch.split()) + "]"
-          workers += [Worker(f"tf:{strategy}{tag}{x}", argv, {ARCH_ENV: arch})
-                      for x in suffixes]
+          for malloc in _mallocs(args.tf_malloc):
+            # glibc keeping freed memory for TensorFlow's CPU tensors too (plain malloc
+            # unless TF_CPU_ALLOCATOR_USE_BFC is set): the environment form of
+            # torch_reference.keep_freed_memory.
+            env = dict({ARCH_ENV: arch}, **(KEEP_ENV if malloc == "keep" else {}))
+            name = f"tf:{strategy}{tag}" + (":keep" if malloc == "keep" else "")
+            workers += [Worker(name + x, argv, env) for x in suffixes]
       if have_torch:
         # PyTorch's OpenMP threads spin while they wait by default: fastest on quiet
         # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
@@ -446,6 +455,9 @@ def main():
                       "workers each per --omp_wait_policy value")
   parser.add_argument("--set", action="append", default=[],
                       help="config override key=value, e.g. meta.inner_steps=2")
+  parser.add_argument("--tf_malloc", default="default",
+                      help="comma-separated, as --torch_malloc, for the TF workers "
+                      "(names ':keep')")
   parser.add_argument("--kernel_archs", default="native",
                       help="';'-separated builds of the fused kernel to time, each "
                       "HYPERNET_KERNEL_ARCH of its TF workers, e.g. "
@@ -474,7 +486,8 @@ def main():
     have_torch = torch_reference.available()
     if not have_torch:
       print(torch_reference.MISSING)
-  _policies(args.omp_wait_policy), _mallocs(args.torch_malloc)  # Bad values fail here.
+  _mallocs(args.torch_malloc), _mallocs(args.tf_malloc, "--tf_malloc")  # Bad values fail here.
+  _policies(args.omp_wait_policy)
   print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
   print(describe_machine(have_torch))
   for order in args.orders.split(","):
