@@ -1033,3 +1033,17 @@ def hparams_config_summary(hparams, metrics, first=()):
     warn_once("hparams_config", "cannot mark the key hyperparameters for TensorBoard's "
               "HParams table (%s); it lists them by name.", reason)
   return pb
+
+
+def onednn_enabled() -> Optional[bool]:
+  """Whether TensorFlow runs its CPU kernels on oneDNN in this process (fixed at its
+  import: ``TF_ENABLE_ONEDNN_OPTS`` or TensorFlow's default for the CPU,
+  :mod:`hypernet.numerics.onednn`). Private: TensorFlow has no public query;
+  ``tensorflow.python.util._pywrap_util_port.IsMklEnabled``. ``None`` where it is gone
+  (its canary: the name exists and returns a bool)."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+    value = _pywrap_util_port.IsMklEnabled()
+  except (ImportError, AttributeError):
+    return None
+  return value if isinstance(value, bool) else None
