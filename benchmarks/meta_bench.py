@@ -346,6 +346,19 @@ def _archs(spec: str):
   return ["-march=native" if a == "native" else a for a in archs]
 
 
+def _tf_envs(spec: str):
+  """``--tf_envs`` as a list of environment dicts ('' : as it is)."""
+  envs = []
+  for variant in spec.split(";"):
+    pairs = [w.split("=", 1) for w in variant.split()]
+    bad = [w for w in pairs if len(w) != 2 or not w[0]]
+    if bad:
+      raise SystemExit(f"--tf_envs: {variant!r} is not KEY=VALUE words; e.g. "
+                       "';TF_ENABLE_ONEDNN_OPTS=1'")
+    envs.append(dict(pairs))
+  return envs
+
+
 def _common_argv(args, order, meta_batch):
   return (["--order", order, "--meta_batch", str(meta_batch), "--config", args.config,
            "--data_dir", args.data_dir, "--zips", args.zips, "--queries", str(args.queries),
@@ -376,12 +389,14 @@ def compare(args, order, meta_batch, have_torch) -> None:
           tag = "" if arch == "-march=native" else "[" + " ".join(
               w.replace("-march=", "") for w in arch.split()) + "]"
           for malloc in _mallocs(args.tf_malloc):
-            # glibc keeping freed memory for TensorFlow's CPU tensors too (plain malloc
-            # unless TF_CPU_ALLOCATOR_USE_BFC is set): the environment form of
-            # torch_reference.keep_freed_memory.
-            env = dict({ARCH_ENV: arch}, **(KEEP_ENV if malloc == "keep" else {}))
-            name = f"tf:{strategy}{tag}" + (":keep" if malloc == "keep" else "")
-            workers += [Worker(name + x, argv, env) for x in suffixes]
+            for extra in _tf_envs(args.tf_envs):
+              # glibc keeping freed memory for TensorFlow's CPU tensors too (plain malloc
+              # unless TF_CPU_ALLOCATOR_USE_BFC is set): the environment form of
+              # torch_reference.keep_freed_memory.
+              env = dict({ARCH_ENV: arch}, **(KEEP_ENV if malloc == "keep" else {}), **extra)
+              name = f"tf:{strategy}{tag}" + (":keep" if malloc == "keep" else "") + "".join(
+                  f"[{k}={v}]" for k, v in extra.items())
+              workers += [Worker(name + x, argv, env) for x in suffixes]
       if have_torch:
         # PyTorch's OpenMP threads spin while they wait by default: fastest on quiet
         # cores, but under other jobs' load they collapse (1/10 of the idle rate on the
@@ -458,6 +473,10 @@ def main():
   parser.add_argument("--tf_malloc", default="default",
                       help="comma-separated, as --torch_malloc, for the TF workers "
                       "(names ':keep')")
+  parser.add_argument("--tf_envs", default="",
+                      help="';'-separated environment variants of the TF workers, each "
+                      "space-separated KEY=VALUE words ('': as it is), e.g. "
+                      "';TF_ENABLE_ONEDNN_OPTS=1' (names [KEY=VALUE])")
   parser.add_argument("--kernel_archs", default="native",
                       help="';'-separated builds of the fused kernel to time, each "
                       "HYPERNET_KERNEL_ARCH of its TF workers, e.g. "
@@ -487,6 +506,7 @@ def main():
     if not have_torch:
       print(torch_reference.MISSING)
   _mallocs(args.torch_malloc), _mallocs(args.tf_malloc, "--tf_malloc")  # Bad values fail here.
+  _tf_envs(args.tf_envs)
   _policies(args.omp_wait_policy)
   print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()}")
   print(describe_machine(have_torch))
