@@ -126,6 +126,17 @@ def test_meta_sgd_learning_rates_are_per_parameter():
 
 # ---------------------------------------------------------------- finite differences.
 
+def mean_query_loss(learner, model, tasks):
+  """The learner's mean query loss over ``tasks`` (``(support_x, support_y, query_x,
+  query_y)`` each): adapt on the support set, run the target on the fast weights."""
+  total = 0.0
+  for sx, sy, qx, qy in tasks:
+    fast, state = learner.adapt(sx, sy)
+    out = functional.functional_call(model, fast, qx, training=True, state=state)
+    total += learner.loss_fn(qy, out) / len(tasks)
+  return total
+
+
 def central_fd(f, variables, eps=1e-6):
   """Central finite differences of the scalar ``f()`` w.r.t. each element of each
   (float64) variable: ``(f(v + eps e_i) - f(v - eps e_i)) / (2 eps)``."""

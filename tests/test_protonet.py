@@ -23,7 +23,7 @@ from hypernet.data import episodes, omniglot
 from hypernet.keras import MetaModel
 from hypernet.meta import conv4, meta_batch, protonet
 from hypernet.training import loop
-from tests.test_meta import central_fd, small_bn_net
+from tests.test_meta import central_fd, mean_query_loss, small_bn_net
 
 LOSS = "sparse_softmax_cross_entropy"
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -106,12 +106,7 @@ def test_meta_gradient_matches_float64_finite_differences():
   assert len(body) == 4   # body kernel/bias, bn gamma/beta
 
   def loss():
-    total = 0.0
-    for sx, sy, qx, qy in tasks:
-      fast, state = learner.adapt(sx, sy)
-      out = functional.functional_call(model, fast, qx, training=True, state=state)
-      total += learner.loss_fn(qy, out) / len(tasks)
-    return total
+    return mean_query_loss(learner, model, tasks)
 
   fd = central_fd(loss, body)
   with tf.GradientTape() as tape:

@@ -30,7 +30,7 @@ from hypernet.data.digits import load_digits
 from hypernet.keras import MetaModel
 from hypernet.meta import conv4, meta_batch, protonet, support_adapter
 from hypernet.training import export, loop
-from tests.test_meta import central_fd
+from tests.test_meta import central_fd, mean_query_loss
 
 LOSS = "sparse_softmax_cross_entropy"
 F64 = "float64"
@@ -221,12 +221,7 @@ def test_meta_gradient_matches_float64_finite_differences():
 
   @tf.function
   def loss():
-    total = tf.constant(0.0, tf.float64)
-    for sx, sy, qx, qy in tasks:
-      fast, state = learner.adapt(sx, sy)
-      out = functional.functional_call(model, fast, qx, training=True, state=state)
-      total += learner.loss_fn(qy, out) / len(tasks)
-    return total
+    return mean_query_loss(learner, model, tasks)
 
   fd = central_fd(loss, variables)
   with tf.GradientTape() as tape:

@@ -198,6 +198,18 @@ def _check_adapted(cls, result):
       "(fast_weights, state): two dicts {path: tensor} (hypernet.meta.Learner.adapt).")
 
 
+def unique_variables(*groups) -> List[tf.Variable]:
+  """The variables of ``groups`` (iterables of variables) in order, each once: a learner's
+  own ``trainable_variables`` joined with those of a module it holds that ``tf.Module``
+  also finds through its attributes."""
+  out, seen = [], set()
+  for v in (v for group in groups for v in group):
+    if id(v) not in seen:
+      seen.add(id(v))
+      out.append(v)
+  return out
+
+
 def check_int(name: str, value, least: int) -> int:
   """``value`` as an int ``>= least``.
 

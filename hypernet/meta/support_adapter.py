@@ -188,12 +188,8 @@ class SupportAdapter(protonet.PrototypicalNetwork):
   def trainable_variables(self):
     """The projection's and the generator's variables (not the generator's copy of
     ``W_0``, which is not trainable)."""
-    out, seen = [], set()
-    for v in list(super().trainable_variables) + list(self.hypernetwork.trainable_variables):
-      if id(v) not in seen:
-        seen.add(id(v))
-        out.append(v)
-    return out
+    return learner_lib.unique_variables(super().trainable_variables,
+                                        self.hypernetwork.trainable_variables)
 
   def parameter_counts(self) -> Dict[str, int]:
     """``{"generator": parameters of the LoRA generator and the projection}``."""

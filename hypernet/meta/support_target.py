@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from hypernet.core import functional
 from hypernet.hypernetworks import base as hn_base
+from hypernet.meta import learner as learner_lib
 from hypernet.meta import support_hypernet
 
 Weights = Dict[str, tf.Tensor]
@@ -86,12 +87,8 @@ class SupportTargetHypernetwork(support_hypernet.SupportHypernetwork):
   @property
   def trainable_variables(self):
     """The head generator's, the gate's and the body hypernetwork's variables."""
-    out, seen = [], set()
-    for v in list(super().trainable_variables) + list(self.hypernetwork.trainable_variables):
-      if id(v) not in seen:
-        seen.add(id(v))
-        out.append(v)
-    return out
+    return learner_lib.unique_variables(super().trainable_variables,
+                                        self.hypernetwork.trainable_variables)
 
   def task_embedding(self, support_x, weights: Optional[Weights] = None,
                      state: Optional[Weights] = None, inner_training=None) -> tf.Tensor:
