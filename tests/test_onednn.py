@@ -1,9 +1,9 @@
 """oneDNN for TensorFlow's CPU kernels on every x86 CPU (hypernet/numerics/onednn.py).
 
 TensorFlow turns oneDNN on by default only on x86 CPUs with AVX512_VNNI / AVX512_BF16 /
-AVX_VNNI / AMX; the command-line entry points set ``TF_ENABLE_ONEDNN_OPTS=1`` before
-TensorFlow loads unless the user chose. Checks the rule, and in a fresh process that the
-entry points' start-up leaves TensorFlow with oneDNN on (x86) or as the user set it.
+AVX_VNNI / AMX; :func:`prefer_onednn` sets ``TF_ENABLE_ONEDNN_OPTS=1`` before TensorFlow
+loads unless the user chose. Checks the rule, and in a fresh process that it leaves
+TensorFlow with oneDNN on (x86) or as the user set it.
 """
 import os
 import platform
@@ -32,11 +32,10 @@ def test_set_only_where_the_user_has_not_before_tensorflow_on_x86():
 
 
 @pytest.mark.parametrize("user", [None, "0"])
-def test_entry_point_start_up_leaves_tensorflow_on_onednn_unless_the_user_chose(user):
+def test_prefer_onednn_before_the_import_leaves_tensorflow_on_onednn_unless_the_user_chose(user):
   script = textwrap.dedent("""
-      import sys
-      from hypernet.training import cli
-      cli.quiet_startup([sys.argv[0]])
+      from hypernet.numerics import onednn
+      onednn.prefer_onednn()
       from hypernet.numerics import compat
       print("ONEDNN", compat.onednn_enabled())
   """)
@@ -51,5 +50,4 @@ def test_entry_point_start_up_leaves_tensorflow_on_onednn_unless_the_user_chose(
   if state == "None":
     pytest.skip("this TensorFlow has no oneDNN query (compat.onednn_enabled)")
   x86 = platform.machine().lower() in ("x86_64", "amd64")
-  want = {None: x86, "0": False}[user]
-  assert state == str(want), (user, state)
+  assert state == str({None: x86, "0": False}[user]), (user, state)

@@ -9,10 +9,12 @@ TensorFlow is imported. On a Zen 3 EPYC (AVX2) oneDNN made the MAML meta-step 1.
 (second order) and 1.37x (first order) faster, with less memory
 (``benchmarks/meta_bench.py --tf_envs``; docs/performance.md).
 
-:func:`prefer_onednn` sets the variable where the user has not; the command-line entry
-points (``hypernet.train``, ``hypernet.evaluate``) call it before they import TensorFlow.
-A program of yours that imports TensorFlow itself sets ``TF_ENABLE_ONEDNN_OPTS=1`` in its
-environment (or calls this first). TensorFlow-free: importing this module loads nothing.
+:func:`prefer_onednn` sets the variable where the user has not; call it before
+TensorFlow is imported (or set ``TF_ENABLE_ONEDNN_OPTS=1`` in the environment). The
+entry points do not call it by default: on that Zen 3, oneDNN's kernels broke the
+bitwise equality of a multi-worker run resumed after a fault with the uninterrupted run
+(last-bit differences, ``tests/test_multi_worker.py``), which TensorFlow's default
+kernels keep. TensorFlow-free: importing this module loads nothing.
 """
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import tempfile
 import time
 from typing import Callable, List, Mapping, Optional
 
-from hypernet.numerics import onednn
 from hypernet.training.console import format_metrics  # pylint: disable=unused-import
 from hypernet.training.workdir import Workdir
 
@@ -35,9 +34,7 @@ def verbose_requested(argv: List[str]) -> bool:
 
 
 def quiet_startup(argv: List[str]) -> bool:
-  """Imports TensorFlow and finds its devices with the native start-up lines filtered;
-  first sets ``TF_ENABLE_ONEDNN_OPTS=1`` where the user has not
-  (:func:`hypernet.numerics.onednn.prefer_onednn`).
+  """Imports TensorFlow and finds its devices with the native start-up lines filtered.
 
   Native (C++) log lines written while TensorFlow loads and looks for devices are
   captured from file descriptor 2; info and warning lines and, when no GPU was found,
@@ -52,7 +49,6 @@ def quiet_startup(argv: List[str]) -> bool:
   Returns:
     ``True`` when the user asked for verbose output.
   """
-  onednn.prefer_onednn()  # Before TensorFlow loads: its CPU kernels on oneDNN on every x86 CPU.
   verbose = verbose_requested(argv)
   if verbose or "tensorflow" in sys.modules:
     return verbose
