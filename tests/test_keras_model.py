@@ -301,6 +301,36 @@ def test_meta_model_fit_evaluate_predict_save_load(tmp_path, digits):
     MetaModel(_conv4(), "reptile")
 
 
+@pytest.mark.parametrize("learner", ["protonet", "support_adapter", "support_hypernet",
+                                     "maml"])
+def test_fit_history_is_the_query_loss_of_every_learner(digits, learner):
+  """fit()'s history, its validation scores and evaluate() are the meta-batch's query
+  loss and accuracy after adaptation, also for the learners whose head is written per
+  task (no ``*_before`` metrics): there the training and evaluation trackers had the
+  same names, and Keras' epoch-end logs (``get_metrics_result``, read when its names
+  match the step's logs) took the untouched evaluation trackers' 0.0 for the history."""
+  batch = next(iter(_episodes(digits)))
+  keras.utils.set_random_seed(5)
+  args = {"protonet": {}, "support_adapter": dict(rank=2, generator_widths=(4,)),
+          "support_hypernet": dict(head="head/*", inner_steps=1, inner_lr=0.1,
+                                   generator_widths=(8,)),
+          "maml": dict(inner_lr=0.4, inner_steps=1)}[learner]
+  model = MetaModel(_conv4(), learner, learner_args=args)
+  want = meta_batch.meta_batch_loss(model.learner, batch, before_metrics=False)
+  model.compile(optimizer=keras.optimizers.SGD(0.0))   # The weights stay where they are.
+  data = tf.data.Dataset.from_tensors(batch)
+  history = model.fit(data.repeat(), steps_per_epoch=2, epochs=2, validation_data=data,
+                      verbose=0).history
+  for key in ("loss", "val_loss"):
+    assert history[key] == pytest.approx([float(want.loss)] * 2, rel=1e-5), key
+  for key in ("accuracy", "val_accuracy"):
+    assert history[key] == pytest.approx([float(want.metrics["accuracy"])] * 2,
+                                         abs=1e-6), key
+  assert float(want.loss) > 0.1
+  scores = model.evaluate(data, return_dict=True, verbose=0)
+  assert scores["loss"] == pytest.approx(float(want.loss), rel=1e-5)
+
+
 def test_meta_model_mirrored_step_equals_one_device(digits):
   batch = next(iter(_episodes(digits)))
   results = []

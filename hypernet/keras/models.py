@@ -374,7 +374,11 @@ class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, ke
     names = ["loss"] + (["accuracy"] if self.classification else [])
     self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
     self._whens = ("after", "before") if self.learner.before_metrics else ("after",)
-    self._eval_trackers = {n: keras.metrics.Mean(name=n) for n in names + (
+    # Named apart from the training trackers (the logs keep the plain names): with the
+    # same names, Keras' epoch-end logs (``get_metrics_result``, used where its names
+    # equal the step's logs: learners without ``*_before`` metrics) took the evaluation
+    # trackers' values, 0.0 in fit()'s history.
+    self._eval_trackers = {n: keras.metrics.Mean(name=f"evaluation_{n}") for n in names + (
         [f"{n}_before" for n in names] if "before" in self._whens else [])}
     self.built = True
 
