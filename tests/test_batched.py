@@ -59,12 +59,42 @@ def loop(model, weights, inputs, training=False, per_example=False, shared=False
   return tf.stack(outs), {p: tf.stack([st[p] for st in states]) for p in states[0]}
 
 
+GROUPED_REFUSED = (r"conv='grouped': .* cannot differentiate grouped convolutions in "
+                   r"float32 .*conv='auto' or 'im2col'.*TF_ENABLE_ONEDNN_OPTS=1")
+
+
+def grouped_refused(conv, dtype=tf.float32):
+  """Whether a forced ``conv="grouped"`` is refused here: where TensorFlow cannot
+  differentiate grouped convolutions (CPUs on which oneDNN is off)."""
+  return conv == "grouped" and not batched.grouped_conv_available(dtype)
+
+
+def test_forced_grouped_conv_is_refused_in_one_line_where_it_cannot_be_differentiated(
+    monkeypatch):
+  """Without the refusal the call ran and the gradient failed deep in a graph
+  ("filter_size does not have enough elements"); on every machine: the probe's answer
+  is set to no."""
+  model = conv_model()
+  w = random_weights(model)
+  x = tf.random.stateless_normal((S, 4, 12, 12, 3), [1, 2])
+  monkeypatch.setattr(batched, "_PROBED", {"float32": False})
+  with pytest.raises(ValueError, match=GROUPED_REFUSED):
+    batched_functional_call(model, w, x, conv="grouped")
+  # conv="auto" then batches by im2col, equal to the loop.
+  np.testing.assert_allclose(batched_functional_call(model, w, x, conv="auto").numpy(),
+                             loop(model, w, x)[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("conv", ["grouped", "im2col"])
 @pytest.mark.parametrize("training", [False, True])
 def test_batched_equals_python_loop(conv, training):
   model = conv_model()
   w = random_weights(model)
   x = tf.random.stateless_normal((S, 4, 12, 12, 3), [1, 2])
+  if grouped_refused(conv):
+    with pytest.raises(ValueError, match=GROUPED_REFUSED):
+      batched_functional_call(model, w, x, training=training, conv=conv)
+    return
   y, state = batched_functional_call(model, w, x, training=training, return_state=True,
                                      conv=conv)
   y_ref, state_ref = loop(model, w, x, training=training)
@@ -99,8 +129,12 @@ def test_conv1d_and_tf_function():
   w = random_weights(model)
   x = tf.random.stateless_normal((S, 5, 10, 2), [5, 6])
   fn = tf.function(lambda w, x: batched_functional_call(model, w, x, conv="grouped"))
-  np.testing.assert_allclose(fn(w, x).numpy(), loop(model, w, x)[0].numpy(),
-                             rtol=1e-5, atol=1e-5)
+  if grouped_refused("grouped"):
+    with pytest.raises(ValueError, match=GROUPED_REFUSED):
+      fn(w, x)
+  else:
+    np.testing.assert_allclose(fn(w, x).numpy(), loop(model, w, x)[0].numpy(),
+                               rtol=1e-5, atol=1e-5)
   with pytest.raises(NotImplementedError, match="'c1' \\(Conv1D.*conv='im2col'"):
     batched_functional_call(model, w, x, conv="im2col")
 
@@ -134,6 +168,10 @@ def test_batched_gradients_equal_loop_gradients(conv):
       loss = tf.reduce_sum(tf.sin(fn()))
     return tape.gradient(loss, (w, direct))
 
+  if grouped_refused(conv):
+    with pytest.raises(ValueError, match=GROUPED_REFUSED):
+      batched_functional_call(model, w, x, training=True, conv=conv)
+    return
   gw, gd = grads(lambda: batched_functional_call(model, w, x, training=True, conv=conv))
   rw, rd = grads(lambda: loop(model, w, x, training=True)[0])
   for p in w:

@@ -66,6 +66,35 @@ def test_loss_scaling_and_precision_warnings():
   assert devices.precision_warning("mixed_float16", "tpu") is None
 
 
+def test_bfloat16_conv_gradient_probe_tells_the_truth_and_the_trainer_refuses(monkeypatch):
+  """The probe's verdict equals what a tape computes for a bfloat16 convolution's
+  kernel gradient (exactly 1,024 in bfloat16 where the kernel is right); where it is
+  wrong, ``mixed_bfloat16`` is refused in one line naming the field, on every machine
+  (the probe's answer set by hand), and the float16 warning stops advising it."""
+  k = tf.ones([3, 3, 1, 1], tf.bfloat16)
+  with tf.GradientTape() as tape:
+    tape.watch(k)
+    y = tf.nn.conv2d(tf.ones([16, 10, 10, 1], tf.bfloat16), k, 1, "VALID")
+  exact = float(tf.cast(tape.gradient(y, k)[0, 0, 0, 0], tf.float32)) == 1024.0
+  assert (devices.bfloat16_conv_gradient_error("cpu") is None) == exact
+  assert devices.precision_error("float32", "cpu") is None
+  assert devices.precision_error("mixed_float16", "cpu") is None
+  monkeypatch.setattr(devices, "_BF16_CONV_PROBE", {"cpu": "the kernel sums 1,024 ones to 512"})
+  error = devices.precision_error("mixed_bfloat16", "cpu")
+  assert error.startswith("config.dtype_policy='mixed_bfloat16' would train on wrong "
+                          "gradients: the kernel sums 1,024 ones to 512") and "'float32'" in error
+  assert "'mixed_bfloat16'" not in devices.precision_warning("mixed_float16", "cpu")
+  from configs import digits_hyper  # pylint: disable=g-import-not-at-top
+  config = digits_hyper.get_config()
+  config.dtype_policy = "mixed_bfloat16"
+  with pytest.raises(ValueError, match=r"^config.dtype_policy='mixed_bfloat16' would train"):
+    loop.device_choices(config, "cpu")
+  monkeypatch.setattr(devices, "_BF16_CONV_PROBE", {"cpu": None})
+  assert devices.precision_error("mixed_bfloat16", "cpu") is None
+  assert "or 'mixed_bfloat16'" in devices.precision_warning("mixed_float16", "cpu")
+  assert loop.device_choices(config, "cpu")["loss_scaling"] is False
+
+
 def _traced_meta_call(model, weights, x):
   """The meta-learners' functional call (``accelerate="meta"``), traced: its op types."""
   labels = tf.constant(np.arange(x.shape[0]) % 3)

@@ -199,7 +199,9 @@ def grouped_conv_available(dtype=tf.float32) -> bool:
 
   TensorFlow's CPU kernels differentiate grouped convolutions only through oneDNN
   (float32, bfloat16; "Gradients for grouped convolutions are not supported on CPU"
-  otherwise, e.g. float64 or with ``TF_ENABLE_ONEDNN_OPTS=0``); GPUs support them. This
+  otherwise, e.g. float64, with ``TF_ENABLE_ONEDNN_OPTS=0``, or on CPUs where TensorFlow
+  leaves oneDNN off by default: those without AVX512_VNNI / AVX_VNNI / AMX, such as AMD
+  Zen 3; see :func:`hypernet.numerics.onednn.prefer_onednn`); GPUs support them. This
   runs a tiny grouped convolution and its two gradient kernels (``Conv2DBackpropInput``,
   ``Conv2DBackpropFilter``, called directly: no tape, which ``tf.init_scope`` would
   pause) once per dtype, eagerly also when called inside a ``tf.function``, and caches
@@ -430,7 +432,9 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
   Raises:
     ValueError: weights with different numbers of weight sets or missing the leading
       axis, inputs whose leading size differs from the number of weight sets (names
-      them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``; and
+      them), both ``shared_inputs`` and ``per_example``, an unknown ``parallel``,
+      ``conv="grouped"`` where :func:`grouped_conv_available` is False for the weights'
+      dtype (e.g. CPUs with oneDNN off, float64); and
       everything :func:`~hypernet.core.functional.functional_call` raises.
     NotImplementedError: a generated conv kernel with no vectorised form (the message
       names the layer; docs/layers.md lists which conv classes batch with which ``conv``).
@@ -476,9 +480,17 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
     elems = (weights, inputs)
   if parallel == "map_fn":
     return tf.map_fn(fn, elems, fn_output_signature=_signature(model, fn, elems))
+  dtypes = {w.dtype for w in weights.values() if w.dtype.is_floating} or {tf.float32}
   if conv == "auto":
-    dtypes = {w.dtype for w in weights.values() if w.dtype.is_floating} or {tf.float32}
     conv = "grouped" if all(grouped_conv_available(d) for d in dtypes) else "im2col"
+  elif conv == "grouped":
+    missing = sorted(d.name for d in dtypes if not grouped_conv_available(d))
+    if missing:
+      raise ValueError(
+          f"conv='grouped': TensorFlow {tf.__version__} cannot differentiate grouped "
+          f"convolutions in {', '.join(missing)} here (its CPU kernels need oneDNN, "
+          "float32 / bfloat16 only); use conv='auto' or 'im2col', or turn oneDNN on "
+          "(TF_ENABLE_ONEDNN_OPTS=1 before TensorFlow loads).")
   with vectorizable_convs(model, list(weights), conv):
     return tf.vectorized_map(fn, elems, fallback_to_while_loop=False)
 

@@ -3,8 +3,9 @@
 Every device-dependent choice is a function here of ``"cpu"``, ``"gpu"`` or ``"tpu"``
 (passed in, or :func:`accelerator`, what TensorFlow sees now): :func:`cpu_kernels`
 (:mod:`.accel`'s CPU-only accelerations), :func:`xla_auto`, :func:`loss_scaling`,
-:func:`precision_warning`. The table and its reasons: ``docs/numerics.md`` ("Device facts")."""
-from typing import Optional, Tuple
+:func:`precision_warning`, :func:`precision_error`. The table and its reasons:
+``docs/numerics.md`` ("Device facts")."""
+from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -92,6 +93,68 @@ def gpu_compute_capability() -> Optional[Tuple[int, int]]:
   return tuple(cc) if cc else None
 
 
+_BF16_CONV_PROBE: Dict[str, Optional[str]] = {}
+
+
+def bfloat16_conv_gradient_error(kind: Optional[str] = None) -> Optional[str]:
+  """Why TensorFlow's bfloat16 convolution kernel gradient is wrong on this device, or
+  ``None`` where it is right.
+
+  TensorFlow 2.21's CPU kernel for ``Conv2DBackpropFilter`` in bfloat16 without oneDNN's
+  bfloat16 path (which needs AVX-512; e.g. AMD Zen 3, Intel before Cooper Lake)
+  accumulates in bfloat16: a sum of 1,024 ones comes back as 512, so every convolution's
+  kernel gradient under ``mixed_bfloat16`` loses up to half its size (Conv1D/2D, their
+  transposes and separable forms run through it). Measured, not assumed: a 3x3 kernel
+  on a batch of sixteen 10x10 images of ones, whose gradient is exactly 1,024 in
+  bfloat16, once per process and device kind.
+
+  Args:
+    kind: the device kind (default: :func:`accelerator`).
+
+  Returns:
+    A one-line reason, or ``None``.
+
+  Raises:
+    ValueError: ``kind`` is not one of :data:`KINDS`.
+  """
+  kind = _kind(kind)
+  if kind not in _BF16_CONV_PROBE:
+    with tf.init_scope():
+      x = tf.ones([16, 10, 10, 1], tf.bfloat16)
+      dy = tf.ones([16, 8, 8, 1], tf.bfloat16)
+      try:
+        g = tf.raw_ops.Conv2DBackpropFilter(
+            input=x, filter_sizes=[3, 3, 1, 1], out_backprop=dy, strides=[1, 1, 1, 1],
+            padding="VALID")
+        got = float(tf.cast(g[0, 0, 0, 0], tf.float32))
+        reason = (None if got == 1024.0 else
+                  f"TensorFlow {tf.__version__}'s bfloat16 convolution kernel gradient "
+                  f"sums 1,024 ones to {got:g} here (Eigen's kernel accumulates in "
+                  "bfloat16; oneDNN's bfloat16 path needs AVX-512)")
+      except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
+              tf.errors.NotFoundError) as e:
+        reason = f"TensorFlow has no bfloat16 convolution gradient here ({e.message})"
+    _BF16_CONV_PROBE[kind] = reason
+  return _BF16_CONV_PROBE[kind]
+
+
+def precision_error(policy: str, kind: Optional[str] = None) -> Optional[str]:
+  """A one-line refusal when ``policy`` computes wrong gradients on ``kind``, else
+  ``None``: ``mixed_bfloat16`` where :func:`bfloat16_conv_gradient_error` finds the
+  convolution gradient wrong.
+
+  Raises:
+    ValueError: ``kind`` is not one of :data:`KINDS`.
+  """
+  if policy != "mixed_bfloat16":
+    return None
+  reason = bfloat16_conv_gradient_error(kind)
+  if reason is None:
+    return None
+  return (f"config.dtype_policy='mixed_bfloat16' would train on wrong gradients: "
+          f"{reason}; use 'float32' on this machine.")
+
+
 def precision_warning(policy: str, kind: Optional[str] = None,
                       compute_capability: Optional[Tuple[int, int]] = None) -> Optional[str]:
   """A one-line warning when ``policy`` is slow on ``kind``, else ``None``.
@@ -114,8 +177,10 @@ def precision_warning(policy: str, kind: Optional[str] = None,
   if policy == "float32":
     return None
   if kind == "cpu" and policy == "mixed_float16":
+    alternatives = ("'float32'" if bfloat16_conv_gradient_error(kind)
+                    else "'float32' or 'mixed_bfloat16'")
     return ("config.dtype_policy='mixed_float16' on a CPU: float16 has few fast CPU "
-            "kernels and can run slower than float32; use 'float32' or 'mixed_bfloat16'.")
+            f"kernels and can run slower than float32; use {alternatives}.")
   if kind == "gpu":
     if compute_capability is None:
       compute_capability = gpu_compute_capability()

@@ -133,12 +133,16 @@ def device_choices(config, kind: Optional[str] = None) -> Dict[str, object]:
     warning or ``None`` (:func:`devices.precision_warning`).
 
   Raises:
-    ValueError: a bad ``config.jit_compile`` or device kind.
+    ValueError: a bad ``config.jit_compile`` or device kind, or a ``config.dtype_policy``
+      whose gradients are wrong on this device (:func:`devices.precision_error`).
   """
   kind = kind or devices.accelerator()
   jit = _use_jit(config, kind)
   cpu_kernels = devices.cpu_kernels(kind)
   policy = config.dtype_policy
+  error = devices.precision_error(policy, kind)
+  if error:
+    raise ValueError(error)
   return {
       "kind": kind,
       "jit": jit,
