@@ -48,6 +48,39 @@ def test_initial_head_gives_prototypical_network_logits():
                              rtol=1e-12, atol=1e-12)
 
 
+def test_under_a_mixed_policy_the_head_is_float32_and_equals_protonet_at_start():
+  """mixed_bfloat16: the body's features come in bfloat16; the prototypes, the generator
+  and the head are float32 (the variables' dtype; the prototypes' sum met a float32
+  generator output and failed), the loss at a zero generator output is ProtoNet's, and
+  the generator gets finite gradients."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from hypernet.meta import conv4, meta_batch, protonet  # pylint: disable=g-import-not-at-top
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    keras.utils.set_random_seed(5)
+    model = conv4.make_conv4(5, (8, 8, 1), filters=4, num_blocks=2)
+    learner = support_hypernet.SupportHypernetwork(model, LOSS, generator_widths=(4,),
+                                                   inner_steps=1, inner_lr=0.1)
+    proto = protonet.PrototypicalNetwork(model, LOSS)
+    rng = np.random.default_rng(0)
+    batch = {"support_x": rng.random((2, 5, 8, 8, 1), "float32"),
+             "support_y": np.tile(np.arange(5), (2, 1)),
+             "query_x": rng.random((2, 10, 8, 8, 1), "float32"),
+             "query_y": np.tile(np.repeat(np.arange(5), 2), (2, 1))}
+    fast, _ = learner.adapt(batch["support_x"][0], batch["support_y"][0], inner_steps=0)
+    assert {fast[p].dtype for p in learner.generated_paths} == {tf.float32}
+    mine = meta_batch.meta_batch_loss(learner, batch, before_metrics=False,
+                                      adapt_options={"inner_steps": 0}).loss
+    theirs = meta_batch.meta_batch_loss(proto, batch, before_metrics=False).loss
+    assert float(mine) == pytest.approx(float(theirs), rel=1e-6)
+    with tf.GradientTape() as tape:  # with its inner step on the head
+      loss = meta_batch.meta_batch_loss(learner, batch, before_metrics=False).loss
+    grads = tape.gradient(loss, learner.trainable_variables)
+    assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+
+
 def test_generated_head_follows_the_equations():
   model = small_bn_net()
   learner = support_hypernet.SupportHypernetwork(model, LOSS, generator_widths=(5,),

@@ -105,6 +105,9 @@ class SupportHypernetwork(learner_lib.Learner):
     # The head's own variables are replaced by the generated weights (not trained).
     self.generated_paths = [self.kernel_path, self.bias_path]
     dim, self.num_ways = layout.dim, layout.num_ways
+    # Under a mixed policy the body's features come in the compute dtype (bfloat16 /
+    # float16); the prototypes, the generator and the head are in the variables' dtype.
+    self.head_dtype = layout.dtype
     self.generator_widths = widths
     self._make_generator(dim, layout.dtype, seed, scale)
 
@@ -157,7 +160,8 @@ class SupportHypernetwork(learner_lib.Learner):
     softmax probability is exactly 0 and they never win the argmax.
 
     Args:
-      features: ``[n*K, D]`` support embeddings (the body's output), the head's dtype.
+      features: ``[n*K, D]`` support embeddings (the body's output; a mixed policy's
+        compute dtype is cast to the head's variable dtype).
       labels: ``[n*K]`` int class ids ``0..n-1`` (``n <= N``); every one must occur.
 
     Returns:
@@ -166,7 +170,8 @@ class SupportHypernetwork(learner_lib.Learner):
     Raises:
       InvalidArgumentError: a class below the largest label has no support example.
     """
-    protos, present = protonet.class_prototypes(features, labels, self.num_ways)
+    protos, present = protonet.class_prototypes(tf.cast(features, self.head_dtype), labels,
+                                                self.num_ways)
     h = protos
     for w, b in self.generator[:-1]:
       h = tf.nn.relu(tf.matmul(h, w) + b)
