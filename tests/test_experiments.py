@@ -72,7 +72,7 @@ def test_smoke_sweep_writes_table_and_plots(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("script", ["digits_sweep", "compression_frontier", "continual",
                                     "chunked_diagnostics", "meta_seeds", "omniglot_standard",
-                                    "omniglot_learners"])
+                                    "omniglot_learners", "fewshot_transformer"])
 def test_help_exits_0(script):
   """Every experiment script starts (its flags do not clash with those of a script it
   imports: compression_frontier imports digits_sweep)."""
@@ -253,3 +253,48 @@ def test_omniglot_learners_tables_each_learner_and_draws_a_curve_per_learner(tmp
   assert image.std() > 10  # Drawn on, not blank.
   with pytest.raises(FileNotFoundError, match="omniglot_standard_maml_s2 has no final"):
     omniglot_learners.main(["--no-run", f"--root={root}", "--seeds=2", f"--out={out}"])
+
+
+def test_fewshot_transformer_runs_on_omniglot_and_tables_it(tmp_path, data_dir):
+  """experiments/fewshot_transformer.py on real Omniglot drawings (the 20-alphabet
+  images_background_small1.zip, 20 characters held out, to stay fast), a tiny
+  transformer: two meta-steps of Prototypical Networks, then the support-set adapters
+  on its frozen base; each scored on two episodes. The table has a row per run with its
+  parameters and the command; the frozen run trains the generator alone (its saved base
+  is protonet's, bit for bit); the history is the query loss (not MetaModel's old 0.0);
+  a second call reads the finished runs."""
+  from experiments import fewshot_transformer as ft  # pylint: disable=g-import-not-at-top
+  root, out = tmp_path / "root", tmp_path / "out"
+  tiny = dict(width=16, heads=2, blocks=1, mlp_width=16)
+  argv = [f"--data_dir={data_dir / 'omniglot'}", f"--root={root}", f"--out={out}",
+          "--methods=protonet,frozen_adapter", "--steps=2", "--log_every=1",
+          "--meta_batch=2", "--eval_episodes=2", "--eval_batch=2", "--eval_queries=2",
+          "--rank=1", "--generator_widths=4", "--zips=images_background_small1.zip",
+          "--num_test_characters=20"] + [f"--{k}={v}" for k, v in tiny.items()]
+  results = ft.main(argv)
+  proto, frozen = results["protonet"][0], results["frozen_adapter"][0]
+  for r in (proto, frozen):
+    assert r["steps"] == 2 and r["curve"]["step"] == [1, 2]
+    assert min(r["curve"]["loss"]) > 0.1
+    assert r["5w1s"]["episodes"] == r["5w5s"]["episodes"] == 2
+    assert 0 <= r["5w1s"]["accuracy"] <= 1
+  head = 16 * 5 + 5
+  assert proto["trainable_parameters"] == proto["target_parameters"] - head
+  assert frozen["trainable_parameters"] == frozen["generator_parameters"] > 0
+  weights = []
+  for method in ("protonet", "frozen_adapter"):
+    model, _ = ft.make_transformer(**tiny, seed=1)
+    model.load_weights(str(root / f"{method}_s0" / "base.weights.h5"))
+    weights.append([v.numpy() for v in model.weights])
+  for a, b in zip(*weights):
+    np.testing.assert_array_equal(a, b)
+  text = (out / "fewshot_transformer.md").read_text()
+  assert f"| {ft.LABELS['protonet']} (`protonet`) | 0 | {100 * proto['5w1s']['accuracy']:.2f}" \
+      in text
+  assert f"| {frozen['trainable_parameters']:,} |" in text
+  assert ("python experiments/fewshot_transformer.py "
+          f"--data_dir={data_dir / 'omniglot'} --root={root} "
+          "--methods=protonet,frozen_adapter --seeds=0 --steps=2 --meta_batch=2") in text
+  assert ft.main(argv + ["--no-run"]) == results
+  with pytest.raises(FileNotFoundError, match="support_adapter_s0 has no result.json"):
+    ft.main(argv + ["--no-run", "--methods=support_adapter"])
