@@ -27,8 +27,9 @@ meta-batch:
   by Prototypical Networks for as many steps as ``frozen_adapter`` trains its generator:
   the same extra meta-steps spent on the whole base instead.
 
-Each support_adapter / frozen_adapter run is also scored with its adapters off (its
-base under Prototypical Networks: for ``frozen_adapter`` exactly the ``protonet`` run).
+The ``support_adapter`` run is also scored with its adapters off (its jointly trained
+base under Prototypical Networks); ``frozen_adapter``'s base with its adapters off is
+the ``protonet`` run itself (the same weights and episodes).
 Meta-training is ``hn.keras.MetaModel(transformer, learner).fit()`` on
 ``hypernet.data.episodes`` meta-batches, Adam with a cosine decay of the rate to zero.
 
@@ -315,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--out", default=os.path.join(REPO, "experiments"))
   p.add_argument("--methods", default=",".join(DEFAULT_METHODS))
   p.add_argument("--seeds", default="0")
-  p.add_argument("--steps", type=int, default=2000, help="meta-steps per method")
+  p.add_argument("--steps", type=int, default=3000, help="meta-steps per method")
   p.add_argument("--meta_batch", type=int, default=4, help="episodes per meta-step")
   p.add_argument("--lr", type=float, default=1e-3)
   p.add_argument("--train_queries", type=int, default=5)
