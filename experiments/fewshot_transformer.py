@@ -170,7 +170,8 @@ def evaluate(learner, test, shots: int, episodes_count: int, queries: int,
   acc = np.concatenate([per_task(b).numpy() for b in data]).astype(np.float64)
   mean, ci = objectives.mean_and_ci95(acc.sum(), np.square(acc).sum(), len(acc))
   return {"accuracy": mean, "accuracy_ci95": ci, "episodes": len(acc),
-          "eval_wall_time_sec": time.time() - t0}
+          "eval_wall_time_sec": time.time() - t0,
+          "per_episode": [round(float(a), 6) for a in acc]}
 
 
 def run_one(args, method: str, seed: int, train, test, workdir: str) -> Dict:
@@ -207,7 +208,8 @@ def run_one(args, method: str, seed: int, train, test, workdir: str) -> Dict:
   history = meta.fit(data, steps_per_epoch=log_every, epochs=epochs, verbose=0)
   steps = epochs * log_every
   train_wall, train_cpu = time.time() - t0, time.process_time() - c0
-  model.save_weights(os.path.join(workdir, "base.weights.h5"))
+  model.save_weights(os.path.join(workdir, "base.weights.h5"))   # The target alone.
+  meta.save_weights(os.path.join(workdir, "meta.weights.h5"))     # With the generator.
   result = {"method": method, "seed": seed, "steps": steps,
             "meta_batch": args.meta_batch, "train_queries": args.train_queries,
             "trainable_parameters": trainable, "generator_parameters": generator,
@@ -294,6 +296,61 @@ def command(args, methods: Sequence[str], seeds: Sequence[int]) -> str:
   return " ".join(shlex.quote(p) for p in parts)
 
 
+# (label, run, reference run): a run's accuracy minus another's on the same episodes.
+COMPARISONS = (
+    ("(2) - (1)", "support_adapter", "protonet"),
+    ("(2) - (2) with its adapters off", "support_adapter", "support_adapter/adapters_off"),
+    ("(3) - (1) (= (3) - its base with adapters off)", "frozen_adapter", "protonet"),
+    ("(3) - (1) continued", "frozen_adapter", "protonet_continued"),
+    ("(1) continued - (1)", "protonet_continued", "protonet"),
+)
+
+
+def paired(a: Sequence[float], b: Sequence[float]):
+  """``(mean, CI95)`` of the per-episode differences ``a - b`` (the same episodes)."""
+  from hypernet.tasks import objectives  # pylint: disable=g-import-not-at-top
+  d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  return objectives.mean_and_ci95(d.sum(), np.square(d).sum(), len(d))
+
+
+def _scores(results, name: str, seed: int) -> Optional[Dict]:
+  method, _, part = name.partition("/")
+  r = results.get(method, {}).get(seed)
+  if r is None or (part and part not in r):
+    return None
+  r = r[part] if part else r
+  return r if all("per_episode" in r[n] for n, _, _ in SETTINGS) else None
+
+
+def differences(results: Dict[str, Dict[int, Dict]]) -> str:
+  """Markdown: for each comparison of :data:`COMPARISONS` whose runs exist, per seed the
+  mean per-episode difference in accuracy (points) +- its CI95 over the shared
+  episodes, and the mean over seeds; "" when there is none."""
+  names = [s[0] for s in SETTINGS]
+  lines = ["| difference (points) | seed | " + " | ".join(names) + " |",
+           "|---|---|" + "---|" * len(names)]
+  seeds = sorted({s for by_seed in results.values() for s in by_seed})
+  found = False
+  for label, run, ref in COMPARISONS:
+    means = {n: [] for n in names}
+    for seed in seeds:
+      a, b = _scores(results, run, seed), _scores(results, ref, seed)
+      if a is None or b is None:
+        continue
+      found = True
+      cells = []
+      for n in names:
+        mean, ci = paired(a[n]["per_episode"], b[n]["per_episode"])
+        means[n].append(mean)
+        cells.append(f"{100 * mean:+.2f} +- {100 * ci:.2f}")
+      lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+    if len(means[names[0]]) > 1:
+      lines.append(f"| {label}: mean +- sd | {len(means[names[0]])} seeds | " + " | ".join(
+          f"**{100 * np.mean(means[n]):+.2f} +- {100 * np.std(means[n], ddof=1):.2f}**"
+          for n in names) + " |")
+  return "\n".join(lines) if found else ""
+
+
 def report(args, results: Dict[str, Dict[int, Dict]], methods, seeds) -> str:
   first = next(iter(next(iter(results.values())).values()))
   a = first["args"]
@@ -305,8 +362,12 @@ def report(args, results: Dict[str, Dict[int, Dict]], methods, seeds) -> str:
           f"blocks, width {a['width']}, {a['heads']} heads, MLP {a['mlp_width']}; "
           f"{first['target_parameters']:,} weights. Adapters: rank {a['rank']} on "
           f"`{ADAPT[a['adapt']]}`, generator hidden widths {tuple(a['generator_widths'])}.")
-  return "\n\n".join([head, table(results),
-                      "Command:\n\n    " + command(args, methods, seeds)]) + "\n"
+  diffs = differences(results)
+  parts = [head, table(results)]
+  if diffs:
+    parts += ["Paired differences on the same meta-test episodes (accuracy points, +- "
+              "CI95 of the mean per-episode difference):", diffs]
+  return "\n\n".join(parts + ["Command:\n\n    " + command(args, methods, seeds)]) + "\n"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -295,6 +295,12 @@ def test_fewshot_transformer_runs_on_omniglot_and_tables_it(tmp_path, data_dir):
   assert ("python experiments/fewshot_transformer.py "
           f"--data_dir={data_dir / 'omniglot'} --root={root} "
           "--methods=protonet,frozen_adapter --seeds=0 --steps=2 --meta_batch=2") in text
+  assert len(frozen["5w1s"]["per_episode"]) == 2
+  assert (root / "frozen_adapter_s0" / "meta.weights.h5").exists()   # With the generator.
+  mean, _ = ft.paired(frozen["5w1s"]["per_episode"], proto["5w1s"]["per_episode"])
+  assert f"| (3) - (1) (= (3) - its base with adapters off) | 0 | {100 * mean:+.2f} +- " \
+      in text
+  assert ft.paired([1.0, 0.5, 1.0], [0.5, 0.5, 0.0])[0] == pytest.approx(0.5)
   assert ft.main(argv + ["--no-run"]) == results
   with pytest.raises(FileNotFoundError, match="support_adapter_s0 has no result.json"):
     ft.main(argv + ["--no-run", "--methods=support_adapter"])
