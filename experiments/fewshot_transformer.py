@@ -240,6 +240,63 @@ def run_one(args, method: str, seed: int, train, test, workdir: str) -> Dict:
   return result
 
 
+def adapter_statistics(args, method: str, seed: int, test, workdir: str,
+                       episodes_count: int = 200) -> Dict:
+  """How large the generated adapters of a finished run are, and how much they vary with
+  the task, over the first ``episodes_count`` 5-way 1-shot meta-test episodes' support
+  sets (those of :func:`evaluate`), every adapted kernel pooled:
+
+  * ``relative_update``: the mean over tasks of ``||dW_t|| / ||W_0||`` (Frobenius);
+  * ``task_specific_share``: ``sum_t ||dW_t - mean_t dW_t||^2 / sum_t ||dW_t||^2``, the
+    share of the update that depends on the task (0: one fixed low-rank update);
+  * ``embedding_spread``: ``sqrt(mean_t ||e_t - mean_t e_t||^2) / ||mean_t e_t||``, how
+    much the generator's condition (the support set's mean prototype) varies by task.
+
+  Read from ``workdir/meta.weights.h5``.
+  """
+  import hypernet as hn  # pylint: disable=g-import-not-at-top
+  from hypernet.data import episodes  # pylint: disable=g-import-not-at-top
+  model, split = make_transformer(width=args.width, heads=args.heads, blocks=args.blocks,
+                                  mlp_width=args.mlp_width, seed=seed)
+  meta = hn.keras.MetaModel(model, "support_adapter",
+                            learner_args=learner_args(args, method, seed, split))
+  meta.load_weights(os.path.join(workdir, "meta.weights.h5"))
+  learner = meta.learner
+  base = {p: v.numpy().astype(np.float64) for p, v in
+          hn.variable_paths(model, trainable=True).items() if p in learner.adapter_paths}
+  fn = episodes.make_episode_fn(test, num_ways=WAYS, num_shots=1,
+                                num_queries=args.eval_queries, seed=EVAL_SEED)
+  deltas, embeddings = [], []
+  for i in range(episodes_count):
+    task = fn(i)
+    adapted = learner.task_weights(task["support_x"], task["support_y"])
+    deltas.append(np.concatenate([(adapted[p].numpy() - base[p]).ravel() for p in base]))
+    embeddings.append(learner.task_embedding(task["support_x"], task["support_y"]).numpy())
+  deltas = np.stack(deltas)                                  # [tasks, adapted scalars]
+  embeddings = np.stack(embeddings).astype(np.float64)      # [tasks, D]
+  center = embeddings.mean(0)
+  norm0 = np.sqrt(sum(np.sum(np.square(w)) for w in base.values()))
+  spread = np.sum(np.square(deltas - deltas.mean(0)))
+  return {"episodes": episodes_count,
+          "relative_update": float(np.mean(np.linalg.norm(deltas, axis=1)) / norm0),
+          "task_specific_share": float(spread / max(np.sum(np.square(deltas)), 1e-30)),
+          "embedding_spread": float(np.sqrt(np.mean(np.sum(np.square(embeddings - center),
+                                                           1))) / np.linalg.norm(center))}
+
+
+def stats_table(results: Dict[str, Dict[int, Dict]]) -> str:
+  """Markdown of the adapter runs' :func:`adapter_statistics`; "" without any."""
+  rows = [(m, s, r["adapter_stats"]) for m, by_seed in results.items()
+          for s, r in sorted(by_seed.items()) if "adapter_stats" in r]
+  if not rows:
+    return ""
+  lines = ["| method | seed | mean `‖ΔW_t‖ / ‖W_0‖` | task-specific share of `‖ΔW_t‖²` | "
+           "spread of the condition `e_t` |", "|---|---|---|---|---|"]
+  lines += [f"| `{m}` | {s} | {st['relative_update']:.4f} | {st['task_specific_share']:.3f} "
+            f"| {st['embedding_spread']:.3f} |" for m, s, st in rows]
+  return "\n".join(lines)
+
+
 # -- the table --------------------------------------------------------------------------
 def _cell(m: Dict) -> str:
   return f"{100 * m['accuracy']:.2f} +- {100 * m['accuracy_ci95']:.2f}"
@@ -362,11 +419,15 @@ def report(args, results: Dict[str, Dict[int, Dict]], methods, seeds) -> str:
           f"blocks, width {a['width']}, {a['heads']} heads, MLP {a['mlp_width']}; "
           f"{first['target_parameters']:,} weights. Adapters: rank {a['rank']} on "
           f"`{ADAPT[a['adapt']]}`, generator hidden widths {tuple(a['generator_widths'])}.")
-  diffs = differences(results)
+  diffs, stats = differences(results), stats_table(results)
   parts = [head, table(results)]
   if diffs:
     parts += ["Paired differences on the same meta-test episodes (accuracy points, +- "
               "CI95 of the mean per-episode difference):", diffs]
+  if stats:
+    parts += ["The generated adapters on the first 5-way 1-shot meta-test tasks' support "
+              "sets (all adapted kernels pooled; task-specific share: the part of the "
+              "update that varies from task to task):", stats]
   return "\n\n".join(parts + ["Command:\n\n    " + command(args, methods, seeds)]) + "\n"
 
 
@@ -426,7 +487,17 @@ def main(argv=None) -> Dict[str, Dict[int, Dict]]:
                             args.num_test_characters)
         run_one(args, method, seed, *data, workdir)
       with open(path) as f:
-        results[method][seed] = json.load(f)
+        result = json.load(f)
+      if (args.execute and "adapter" in method and "adapter_stats" not in result
+          and os.path.exists(os.path.join(workdir, "meta.weights.h5"))):
+        if data is None:
+          data = load_split(os.path.expanduser(args.data_dir), args.zips,
+                            args.num_test_characters)
+        result["adapter_stats"] = adapter_statistics(args, method, seed, data[1], workdir,
+                                                     min(200, args.eval_episodes))
+        with open(path, "w") as f:
+          json.dump(result, f, indent=1)
+      results[method][seed] = result
   text = report(args, results, methods, seeds)
   print(text)
   os.makedirs(args.out, exist_ok=True)

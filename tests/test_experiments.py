@@ -301,6 +301,11 @@ def test_fewshot_transformer_runs_on_omniglot_and_tables_it(tmp_path, data_dir):
   assert f"| (3) - (1) (= (3) - its base with adapters off) | 0 | {100 * mean:+.2f} +- " \
       in text
   assert ft.paired([1.0, 0.5, 1.0], [0.5, 0.5, 0.0])[0] == pytest.approx(0.5)
+  stats = frozen["adapter_stats"]
+  assert stats["episodes"] == 2 and stats["relative_update"] > 0
+  assert 0 < stats["task_specific_share"] <= 1 and stats["embedding_spread"] > 0
+  assert "adapter_stats" not in proto
+  assert f"| `frozen_adapter` | 0 | {stats['relative_update']:.4f} |" in text
   assert ft.main(argv + ["--no-run"]) == results
   with pytest.raises(FileNotFoundError, match="support_adapter_s0 has no result.json"):
     ft.main(argv + ["--no-run", "--methods=support_adapter"])
