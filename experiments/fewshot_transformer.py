@@ -37,7 +37,10 @@ Each (method, seed) runs in ``ROOT/<method>_s<seed>`` and writes ``result.json``
 the target's weights, ``base.weights.h5``); a run that has its ``result.json`` is read,
 not run again. Writes ``OUT/fewshot_transformer.md`` (also printed): per method each
 seed's accuracy +- CI95 in both settings, the mean +- sd over seeds, the trainable
-parameters, the wall times, and the command.
+parameters, the wall times; the paired differences on the shared episodes per seed, their
+mean +- sd over seeds and the seeds pooled; the adapters' statistics
+(:func:`adapter_statistics`, computed once from a finished run's ``meta.weights.h5`` and
+kept in its ``result.json``); and the command.
 
     python experiments/fewshot_transformer.py --data_dir=../shared/data/omniglot \\
         --root=/tmp/fewshot_transformer --seeds=0,1,2
@@ -309,8 +312,8 @@ def _mean_sd(values: Sequence[float]) -> str:
 
 def table(results: Dict[str, Dict[int, Dict]]) -> str:
   """Markdown: a row per method and seed (accuracy +- CI95 in % per setting, adapters
-  off where there are adapters, trainable parameters, meta-training and evaluation wall
-  time), then per method the mean +- sd over seeds."""
+  off where there are adapters, trainable parameters, meta-training wall and CPU time,
+  evaluation wall time), then per method the mean +- sd over seeds."""
   names = [s[0] for s in SETTINGS]
   lines = ["| method | seed | " + " | ".join(names) + " | " +
            " | ".join(f"{n}, adapters off" for n in names) +
@@ -325,7 +328,8 @@ def table(results: Dict[str, Dict[int, Dict]]) -> str:
           " | ".join(_cell(r[n]) for n in names) + " | " +
           " | ".join(_cell(off[n]) if off else "" for n in names) +
           f" | {r['trainable_parameters']:,} | {r['train_wall_time_sec'] / 60:.1f} min "
-          f"({r['steps']:,} steps) | {evals / 60:.1f} min |")
+          f"({r['train_cpu_time_sec'] / 60:.1f} min CPU, {r['steps']:,} steps) | "
+          f"{evals / 60:.1f} min |")
     if len(by_seed) > 1:
       rows = list(by_seed.values())
       off = [r["adapters_off"] for r in rows if "adapters_off" in r]
@@ -379,10 +383,20 @@ def _scores(results, name: str, seed: int) -> Optional[Dict]:
   return r if all("per_episode" in r[n] for n, _, _ in SETTINGS) else None
 
 
+def pooled(per_seed: Sequence[Sequence[float]]):
+  """``(mean, CI95)`` over the episodes of the per-episode differences averaged over the
+  seeds (``per_seed``: a list of differences per seed, on the same episodes): the mean
+  over seeds, its interval from the episodes alone (the seeds' spread is the sd)."""
+  from hypernet.tasks import objectives  # pylint: disable=g-import-not-at-top
+  d = np.mean(np.asarray(per_seed, np.float64), axis=0)
+  return objectives.mean_and_ci95(d.sum(), np.square(d).sum(), len(d))
+
+
 def differences(results: Dict[str, Dict[int, Dict]]) -> str:
   """Markdown: for each comparison of :data:`COMPARISONS` whose runs exist, per seed the
   mean per-episode difference in accuracy (points) +- its CI95 over the shared
-  episodes, and the mean over seeds; "" when there is none."""
+  episodes; with several seeds, the mean +- sd over seeds and the seeds pooled
+  (:func:`pooled`); "" when there is none."""
   names = [s[0] for s in SETTINGS]
   lines = ["| difference (points) | seed | " + " | ".join(names) + " |",
            "|---|---|" + "---|" * len(names)]
@@ -390,6 +404,7 @@ def differences(results: Dict[str, Dict[int, Dict]]) -> str:
   found = False
   for label, run, ref in COMPARISONS:
     means = {n: [] for n in names}
+    diffs = {n: [] for n in names}
     for seed in seeds:
       a, b = _scores(results, run, seed), _scores(results, ref, seed)
       if a is None or b is None:
@@ -399,12 +414,18 @@ def differences(results: Dict[str, Dict[int, Dict]]) -> str:
       for n in names:
         mean, ci = paired(a[n]["per_episode"], b[n]["per_episode"])
         means[n].append(mean)
+        diffs[n].append(np.subtract(a[n]["per_episode"], b[n]["per_episode"]))
         cells.append(f"{100 * mean:+.2f} +- {100 * ci:.2f}")
       lines.append(f"| {label} | {seed} | " + " | ".join(cells) + " |")
-    if len(means[names[0]]) > 1:
-      lines.append(f"| {label}: mean +- sd | {len(means[names[0]])} seeds | " + " | ".join(
+    count = len(means[names[0]])
+    if count > 1:
+      lines.append(f"| {label}: mean +- sd | {count} seeds | " + " | ".join(
           f"**{100 * np.mean(means[n]):+.2f} +- {100 * np.std(means[n], ddof=1):.2f}**"
           for n in names) + " |")
+      cells = [pooled(diffs[n]) for n in names]
+      lines.append(f"| {label}: seeds pooled, +- CI95 | {count} seeds x "
+                   f"{len(diffs[names[0]][0]):,} episodes | " +
+                   " | ".join(f"{100 * m:+.2f} +- {100 * ci:.2f}" for m, ci in cells) + " |")
   return "\n".join(lines) if found else ""
 
 
@@ -423,7 +444,8 @@ def report(args, results: Dict[str, Dict[int, Dict]], methods, seeds) -> str:
   parts = [head, table(results)]
   if diffs:
     parts += ["Paired differences on the same meta-test episodes (accuracy points, +- "
-              "CI95 of the mean per-episode difference):", diffs]
+              "CI95 of the mean per-episode difference; seeds pooled: the per-episode "
+              "difference averaged over the seeds, its CI95 over the episodes):", diffs]
   if stats:
     parts += ["The generated adapters on the first 5-way 1-shot meta-test tasks' support "
               "sets (all adapted kernels pooled; task-specific share: the part of the "

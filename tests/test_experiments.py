@@ -309,3 +309,35 @@ def test_fewshot_transformer_runs_on_omniglot_and_tables_it(tmp_path, data_dir):
   assert ft.main(argv + ["--no-run"]) == results
   with pytest.raises(FileNotFoundError, match="support_adapter_s0 has no result.json"):
     ft.main(argv + ["--no-run", "--methods=support_adapter"])
+
+
+def test_fewshot_transformer_pools_paired_differences_over_seeds():
+  """With several seeds the differences table has each seed's row, the mean +- sd over
+  the seeds' mean differences and the seeds pooled: the per-episode difference averaged
+  over the seeds, its CI95 over the (shared) episodes."""
+  from experiments import fewshot_transformer as ft  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+
+  def run(p):
+    return {n: {"per_episode": list((rng.random(50) < p).astype(float))}
+            for n, _, _ in ft.SETTINGS}
+
+  results = {"protonet": {s: run(0.5) for s in (0, 1, 2)},
+             "protonet_continued": {s: run(0.8) for s in (0, 1, 2)}}
+  text = ft.differences(results)
+  label = "(1) continued - (1)"
+  n = "5w1s"
+  per_seed = [np.subtract(results["protonet_continued"][s][n]["per_episode"],
+                          results["protonet"][s][n]["per_episode"]) for s in (0, 1, 2)]
+  means = [d.mean() for d in per_seed]
+  for s in (0, 1, 2):
+    assert f"| {label} | {s} | {100 * means[s]:+.2f} +- " in text
+  assert (f"| {label}: mean +- sd | 3 seeds | **{100 * np.mean(means):+.2f} +- "
+          f"{100 * np.std(means, ddof=1):.2f}** |") in text
+  mean, ci = ft.pooled(per_seed)
+  assert mean == pytest.approx(np.mean(means))
+  pooled_d = np.mean(per_seed, axis=0)
+  assert ci == pytest.approx(1.96 * pooled_d.std(ddof=1) / np.sqrt(50), rel=1e-4)
+  assert f"| {label}: seeds pooled, +- CI95 | 3 seeds x 50 episodes | {100 * mean:+.2f} +- " \
+      f"{100 * ci:.2f} |" in text
+  assert "(2) - (1)" not in text    # No support_adapter runs: no such rows.
