@@ -276,46 +276,53 @@ def _hparams_table(tb):
   return experiment, groups
 
 
+@pytest.fixture(scope="module")
+def workdir_tensorboard(run):
+  """One ``tensorboard --logdir=WORKDIR`` (the README's command) for the tests below that
+  read what it serves, instead of a start (~7 s on 2 busy cores) each: the run is
+  finished and each test still waits for the data it reads."""
+  tb = _TensorBoard(run[0])
+  yield tb
+  tb.close()
+
+
 @pytest.mark.slow
-def test_tensorboard_serves_scalars_histograms_images_and_hparams(run):
+def test_tensorboard_serves_scalars_histograms_images_and_hparams(run, workdir_tensorboard):
   workdir, result = run
-  tb = _TensorBoard(workdir)
-  try:
-    tb.wait_for(lambda: "eval" in tb.get("data/plugin/scalars/tags"))
-    assert set(tb.get("data/runs")) == {"train", "eval"}  # No run named ".".
-    loss = tb.get("data/plugin/scalars/scalars", run="train", tag="loss")
-    assert [step for _, step, _ in loss] == [10, 20, 30, 40]
-    accuracy = tb.get("data/plugin/scalars/scalars", run="eval", tag="accuracy")
-    assert [step for _, step, _ in accuracy] == [0, 20, 40]
-    assert accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
+  tb = workdir_tensorboard
+  tb.wait_for(lambda: "eval" in tb.get("data/plugin/scalars/tags"))
+  assert set(tb.get("data/runs")) == {"train", "eval"}  # No run named ".".
+  loss = tb.get("data/plugin/scalars/scalars", run="train", tag="loss")
+  assert [step for _, step, _ in loss] == [10, 20, 30, 40]
+  accuracy = tb.get("data/plugin/scalars/scalars", run="eval", tag="accuracy")
+  assert [step for _, step, _ in accuracy] == [0, 20, 40]
+  assert accuracy[-1][2] == pytest.approx(result["accuracy"], abs=1e-6)
 
-    histograms = tb.get("data/plugin/histograms/histograms", run="train",
-                        tag="weights/generated/conv2/kernel")
-    assert [step for _, step, _ in histograms] == [0, 20, 40]
-    assert sum(count for _, _, count in histograms[-1][2]) == 3 * 3 * 32 * 64
-    assert "weights/embeddings/hypernetwork/chunk_embeddings" in \
-        tb.get("data/plugin/histograms/tags")["train"]
+  histograms = tb.get("data/plugin/histograms/histograms", run="train",
+                      tag="weights/generated/conv2/kernel")
+  assert [step for _, step, _ in histograms] == [0, 20, 40]
+  assert sum(count for _, _, count in histograms[-1][2]) == 3 * 3 * 32 * 64
+  assert "weights/embeddings/hypernetwork/chunk_embeddings" in \
+      tb.get("data/plugin/histograms/tags")["train"]
 
-    images = tb.get("data/plugin/images/images", run="train", tag="weights/kernels/conv1/kernel",
-                    sample=0)
-    assert [im["step"] for im in images] == [0, 20, 40]
-    png = tb.get("data/plugin/images/individualImage" + "?" + images[-1]["query"])
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    # 32 filters of 3x3, each 30x30 pixels, in 4 rows of 8: fits a card.
-    assert Image.open(io.BytesIO(png)).size == (8 * 32 + 2, 4 * 32 + 2)
-    text_tags = tb.get("data/plugin/text/tags")
-    assert "final_metrics" in text_tags["eval"] and "parameters" in text_tags["train"]
-  finally:
-    tb.close()
+  images = tb.get("data/plugin/images/images", run="train", tag="weights/kernels/conv1/kernel",
+                  sample=0)
+  assert [im["step"] for im in images] == [0, 20, 40]
+  png = tb.get("data/plugin/images/individualImage" + "?" + images[-1]["query"])
+  assert png.startswith(b"\x89PNG\r\n\x1a\n")
+  # 32 filters of 3x3, each 30x30 pixels, in 4 rows of 8: fits a card.
+  assert Image.open(io.BytesIO(png)).size == (8 * 32 + 2, 4 * 32 + 2)
+  text_tags = tb.get("data/plugin/text/tags")
+  assert "final_metrics" in text_tags["eval"] and "parameters" in text_tags["train"]
 
 
 @pytest.mark.slow
-def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run):
+def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run, workdir_tensorboard):
   """``tensorboard --logdir=WORKDIR`` (the README's command) and ``--logdir=PARENT``: every
   metric column of the HParams table has the run's value."""
   workdir, result = run
   for logdir, session in ((workdir, "eval"), (workdir.parent, f"{workdir.name}/eval")):
-    tb = _TensorBoard(logdir)
+    tb = workdir_tensorboard if logdir == workdir else _TensorBoard(logdir)
     try:
       tb.wait_for(lambda: _hparams_table(tb)[1])  # pylint: disable=cell-var-from-loop
       experiment, groups = _hparams_table(tb)
@@ -340,7 +347,8 @@ def test_hparams_table_is_filled_for_the_workdir_and_its_parent(run):
       assert values["accuracy"] == pytest.approx(result["accuracy"], abs=1e-6)
       assert values["loss"] == pytest.approx(result["loss"], rel=1e-6)
     finally:
-      tb.close()
+      if tb is not workdir_tensorboard:
+        tb.close()
 
 
 def test_model_summaries_and_nan_diagnosis_run_under_mirrored_strategy(tmp_path):
