@@ -176,3 +176,29 @@ def test_meta_model_step_is_the_meta_gradient_in_the_low_precision(policy, digit
   _, ref = _in_float32(trained)
   assert scores["accuracy"] > scores["accuracy_before"] + 0.1  # Adaptation learned.
   assert abs(scores["accuracy"] - ref["accuracy"]) < 0.1, (scores, ref)
+
+
+def test_keras_models_warn_where_bfloat16_conv_gradients_are_wrong(monkeypatch):
+  """Where TensorFlow's bfloat16 convolution kernel gradient is wrong (CPUs without
+  AVX-512; the probe's answer set here, on every machine), a HyperModel or MetaModel
+  whose target convolves in bfloat16 says so in one warning naming the layer; with a
+  right gradient, or in float32, it is silent."""
+  from hypernet.numerics import devices  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(devices, "_BF16_CONV_PROBE", {"cpu": "the kernel sums 1,024 ones to 512"})
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    cnn, conv4_net = _cnn(), conv4.make_conv4(5, (8, 8, 1), filters=4, num_blocks=1)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  with pytest.warns(UserWarning, match=r"^HyperModel\(target=\.\.\.\): convolution 'conv' "
+                    r"computes in bfloat16, and the kernel sums 1,024 ones to 512: its kernel "
+                    r"gradients will be wrong; train it in float32 here\.$"):
+    hn.HyperModel(cnn, "chunked", hypernetwork_args=dict(chunk_size=64))
+  with pytest.warns(UserWarning, match=r"^MetaModel\(target=\.\.\.\): convolution"):
+    hn.MetaModel(conv4_net, "protonet")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    hn.MetaModel(conv4.make_conv4(5, (8, 8, 1), filters=4, num_blocks=1), "protonet")
+    monkeypatch.setattr(devices, "_BF16_CONV_PROBE", {"cpu": None})
+    hn.MetaModel(conv4_net, "protonet")

@@ -23,6 +23,7 @@ run several steps per ``tf.function`` call in ``fit()`` unless compiled with
 """
 from __future__ import annotations
 
+import warnings
 from typing import Dict, Mapping, Optional
 
 import keras
@@ -62,7 +63,39 @@ def _as_model(value, name: str) -> keras.Model:
   if not value.built or not value.variables:
     raise ValueError(f"{name} {value.name!r} is not built: construct it with keras.Input(...) "
                      "or call it once on an example batch, so that its weights have shapes.")
+  _warn_if_bfloat16_conv_gradients_wrong(value, name)
   return value
+
+
+# Convolutions whose kernel gradient is TensorFlow's Conv2DBackpropFilter (depthwise ones
+# have their own, exact kernel).
+_CONV_CLASSES = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
+                 keras.layers.SeparableConv1D, keras.layers.SeparableConv2D,
+                 keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose,
+                 keras.layers.Conv3DTranspose)
+
+
+def _layers(model):
+  for layer in getattr(model, "layers", ()):
+    yield layer
+    yield from _layers(layer)
+
+
+def _warn_if_bfloat16_conv_gradients_wrong(model, name: str) -> None:
+  """One warning where ``model`` has a convolution computing in bfloat16 and this
+  device's bfloat16 convolution kernel gradient is wrong
+  (:func:`hypernet.numerics.devices.bfloat16_conv_gradient_error`; the Trainer refuses
+  ``config.dtype_policy='mixed_bfloat16'`` there)."""
+  convs = [l.name for l in _layers(model)
+           if isinstance(l, _CONV_CLASSES) and l.compute_dtype == "bfloat16"]
+  if not convs:
+    return
+  from hypernet.numerics import devices  # pylint: disable=g-import-not-at-top
+  reason = devices.bfloat16_conv_gradient_error()
+  if reason:
+    warnings.warn(f"{name}: convolution {convs[0]!r} computes in bfloat16, and {reason}: "
+                  "its kernel gradients will be wrong; train it in float32 here.",
+                  stacklevel=3)
 
 
 def _kind(spec) -> type:
