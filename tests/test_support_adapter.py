@@ -294,6 +294,15 @@ def test_bad_arguments_are_named_in_one_line():
     _learner(no_kernel)
 
 
+def random_5way_batch():
+  """A meta-batch of 2 random 5-way 1-shot tasks of 8x8x1 inputs (2 queries a class)."""
+  rng = np.random.default_rng(0)
+  return {"support_x": rng.random((2, 5, 8, 8, 1), "float32"),
+          "support_y": np.tile(np.arange(5), (2, 1)),
+          "query_x": rng.random((2, 10, 8, 8, 1), "float32"),
+          "query_y": np.tile(np.repeat(np.arange(5), 2), (2, 1))}
+
+
 def test_under_a_mixed_policy_the_head_and_adapters_are_float32():
   """mixed_bfloat16: the body's features come in bfloat16; the prototypes, the head and
   the adapted kernels are float32 (the variables' dtype), the loss at B = 0 is
@@ -305,11 +314,7 @@ def test_under_a_mixed_policy_the_head_and_adapters_are_float32():
     learner = support_adapter.SupportAdapter(model, LOSS, rank=2, generator_widths=(4,),
                                              task_dim=3)
     proto = protonet.PrototypicalNetwork(model, LOSS)
-    rng = np.random.default_rng(0)
-    batch = {"support_x": rng.random((2, 5, 8, 8, 1), "float32"),
-             "support_y": np.tile(np.arange(5), (2, 1)),
-             "query_x": rng.random((2, 10, 8, 8, 1), "float32"),
-             "query_y": np.tile(np.repeat(np.arange(5), 2), (2, 1))}
+    batch = random_5way_batch()
     fast, _ = learner.adapt(batch["support_x"][0], batch["support_y"][0])
     assert {fast[p].dtype for p in learner.adapter_paths + learner.generated_paths} == {
         tf.float32}

@@ -16,6 +16,7 @@ from hypernet.training import loop
 from hypernet.core import functional
 from hypernet.meta import support_hypernet
 from tests.test_meta import central_fd, small_bn_net
+from tests.test_support_adapter import random_5way_batch
 
 LOSS = "sparse_softmax_cross_entropy"
 
@@ -62,11 +63,7 @@ def test_under_a_mixed_policy_the_head_is_float32_and_equals_protonet_at_start()
     learner = support_hypernet.SupportHypernetwork(model, LOSS, generator_widths=(4,),
                                                    inner_steps=1, inner_lr=0.1)
     proto = protonet.PrototypicalNetwork(model, LOSS)
-    rng = np.random.default_rng(0)
-    batch = {"support_x": rng.random((2, 5, 8, 8, 1), "float32"),
-             "support_y": np.tile(np.arange(5), (2, 1)),
-             "query_x": rng.random((2, 10, 8, 8, 1), "float32"),
-             "query_y": np.tile(np.repeat(np.arange(5), 2), (2, 1))}
+    batch = random_5way_batch()
     fast, _ = learner.adapt(batch["support_x"][0], batch["support_y"][0], inner_steps=0)
     assert {fast[p].dtype for p in learner.generated_paths} == {tf.float32}
     mine = meta_batch.meta_batch_loss(learner, batch, before_metrics=False,
