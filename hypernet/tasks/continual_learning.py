@@ -434,7 +434,7 @@ class ContinualTask(protocol.Task):
         return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
 
       fisher = tf.function(lambda a, b: regularizers.diagonal_fisher(
-          log_likelihood, params, a, b))(x, y)
+          log_likelihood, params, a, b), autograph=False)(x, y)
       for f_var, f_new, anchor, p in zip(self.state.fisher, fisher, self.state.anchors, params):
         f_var.assign(float(cc.ewc_gamma) * f_var + f_new)
         anchor.assign(p)

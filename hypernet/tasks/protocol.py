@@ -20,9 +20,10 @@ class Task(abc.ABC):
   """What the train loop trains: data, trainable state, loss, evaluation.
 
   Subclasses implement the abstract members and ``train_loss`` (or ``train_gradients``);
-  every other member has a default. ``train_loss`` / ``train_gradients`` and
-  ``eval_sums`` are traced into the loop's ``tf.function`` as written, without AutoGraph
-  (converting every function a meta-learning step calls took most of its set-up time):
+  every other member has a default. ``train_loss`` / ``train_gradients``,
+  ``apply_state`` and ``eval_sums`` are traced into the loop's ``tf.function``s (the
+  train step, the evaluation, the model summaries) as written, without AutoGraph
+  (converting every function a step calls took most of its set-up time):
   branch and loop on tensors with ``tf.cond`` / ``tf.while_loop``; Python ``if`` and
   ``for`` are for static values.
 

@@ -317,7 +317,9 @@ class Trainer:
     totals = {k: (zero, zero) for k in self.train_metric_names + ["grad_norm"]}
     first_bad = tf.constant(-1, tf.int64)
     for i in tf.range(num_steps):
-      sums, nonfinite = self.strategy.run(self._replica_step_fn, args=(next(iterator),))
+      sums, nonfinite = self.strategy.run(
+          tf.autograph.experimental.do_not_convert(self._replica_step_fn),
+          args=(next(iterator),))
       reduce = lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None)
       sums = tf.nest.map_structure(reduce, sums)
       nonfinite = self.strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None)
