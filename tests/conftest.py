@@ -6,6 +6,8 @@ distribution tests can run two replicas on one CPU (MirroredStrategy over
 """
 import os
 import pathlib
+import shutil
+import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -36,6 +38,21 @@ def data_dir() -> pathlib.Path:
     pytest.fail(f"Test data folder {d} is missing: put the project's shared/data beside "
                 "the checkout or set HYPERNET_TEST_DATA.")
   return d
+
+
+# -- The disk cache of decoded data (hypernet.data.omniglot.disk_cache_dir): one folder per
+# run, made by the controlling process before pytest-xdist starts its workers (which, and
+# every process a test starts, inherit the variable), removed at the end; the user's
+# ~/.cache is never read or written.
+def pytest_configure(config):
+  if not hasattr(config, "workerinput"):
+    config.hypernet_cache = tempfile.mkdtemp(prefix="hypernet-test-cache-")
+    os.environ["HYPERNET_CACHE_DIR"] = config.hypernet_cache
+
+
+def pytest_unconfigure(config):
+  if getattr(config, "hypernet_cache", None):
+    shutil.rmtree(config.hypernet_cache, ignore_errors=True)
 
 
 # -- The compatibility subset (tests/supported.py): marker compat_subset. -----------------

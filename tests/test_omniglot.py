@@ -1,5 +1,6 @@
 """Tests for hypernet.data.omniglot on the Omniglot zips in shared/data/omniglot."""
 import io
+import os
 import shutil
 import time
 import zipfile
@@ -68,6 +69,66 @@ def test_load_two_zips_is_the_union_and_fast(odir):
   both.images[:] = -1.0
   again = omniglot.load_omniglot(list(SMALL), data_dir=odir)
   np.testing.assert_array_equal(again.images, reverse.images)
+
+
+def test_decoded_zips_load_from_the_disk_cache_in_another_process_equal(
+    odir, tmp_path, monkeypatch):
+  """The disk cache gives back what decoding gives (images, labels, names, drawing
+  names), without decoding; a changed zip, a corrupt cache file and an unwritable folder
+  decode again without an error; ``HYPERNET_CACHE_DIR=""`` writes nothing."""
+  cache = tmp_path / "cache"
+  monkeypatch.setenv("HYPERNET_CACHE_DIR", str(cache))
+  zip_path = tmp_path / SMALL[0]
+  shutil.copy(odir / SMALL[0], zip_path)
+  omniglot.clear_cache()
+  decoded = omniglot.load_omniglot(zip_path, image_size=20)
+  files = list((cache / "omniglot").glob("*.npz"))
+  assert len(files) == 1 and files[0].name.startswith("images_background_small1-20px-box-")
+  key = next(iter(omniglot._CACHE))  # pylint: disable=protected-access
+
+  decodes = []
+  real_decode = omniglot._decode  # pylint: disable=protected-access
+  monkeypatch.setattr(omniglot, "_decode",
+                      lambda *a: decodes.append(1) or real_decode(*a))
+  omniglot.clear_cache()  # As a new process: only the disk copy is left.
+  cached = omniglot.load_omniglot(zip_path, image_size=20)
+  assert not decodes
+  np.testing.assert_array_equal(cached.images, decoded.images)
+  np.testing.assert_array_equal(cached.labels, decoded.labels)
+  assert cached.class_names == decoded.class_names
+  assert omniglot._CACHE[key] is not None and all(  # pylint: disable=protected-access
+      names[0].endswith(".png") and len(names) == 20
+      for names, _ in omniglot._CACHE[key].values())  # pylint: disable=protected-access
+
+  # A corrupt cache file: decoded again, and the file rewritten whole.
+  files[0].write_bytes(b"not an npz")
+  omniglot.clear_cache()
+  again = omniglot.load_omniglot(zip_path, image_size=20)
+  assert decodes and len(decodes) == 2720
+  np.testing.assert_array_equal(again.images, decoded.images)
+  omniglot.clear_cache()
+  decodes.clear()
+  omniglot.load_omniglot(zip_path, image_size=20)
+  assert not decodes
+
+  # A changed zip (another modification time): another key, decoded again.
+  stat = zip_path.stat()
+  os.utime(zip_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+  omniglot.clear_cache()
+  omniglot.load_omniglot(zip_path, image_size=20)
+  assert len(decodes) == 2720 and len(list((cache / "omniglot").glob("*.npz"))) == 2
+
+  # No cache, and a cache that cannot be written: decoded, nothing written, no error.
+  for setting in ("", str(zip_path)):  # A file where the folder would be.
+    monkeypatch.setenv("HYPERNET_CACHE_DIR", setting)
+    omniglot.clear_cache()
+    decodes.clear()
+    assert omniglot.load_omniglot(zip_path, image_size=20).num_classes == 136
+    assert len(decodes) == 2720
+  assert omniglot.disk_cache_dir() is not None
+  monkeypatch.setenv("HYPERNET_CACHE_DIR", "")
+  assert omniglot.disk_cache_dir() is None
+  omniglot.clear_cache()
 
 
 def test_split_by_character_is_disjoint_deterministic_and_rotated(small1):
@@ -209,8 +270,10 @@ def test_full_omniglot_standard_split_at_28x28_stays_under_2_gb(odir):
       "print(json.dumps(dict(before_kb=before, peak_kb=peak, tf='tensorflow' in sys.modules,\n"
       "  train=[list(train.images.shape), train.images.nbytes, train.num_classes],\n"
       "  test=[list(test.images.shape), test.images.nbytes, test.num_classes])))\n")
+  # Decoding the zips, not the disk cache (the larger peak of the two).
+  env = dict(os.environ, HYPERNET_CACHE_DIR="")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=env)
   assert out.returncode == 0, out.stderr[-2000:]
   got = json.loads(out.stdout.strip().splitlines()[-1])
   assert not got["tf"]  # The loader alone: NumPy and Pillow.
