@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 reqs=$1
 venv=${2:-${HYPERNET_VENVS:-$HOME/.cache/hypernet-venvs}/$(basename "$reqs" .txt)}
-# uv (in the test extras) builds the venv and installs into it in parallel: about 25 s
+# uv (in the test extras) builds the venv and installs into it in parallel: about 1 min
 # from nothing against pip's 2-2.5 min on 2 cores; pip where uv is not installed.
 if python -m uv --version > /dev/null 2>&1; then
   make_venv=(python -m uv venv -q --seed "$venv")

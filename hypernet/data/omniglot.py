@@ -99,20 +99,19 @@ _DISK_FORMAT = 1
 
 def disk_cache_dir() -> Optional[str]:
   """Where decoded zips are kept between processes: ``$HYPERNET_CACHE_DIR/omniglot``, else
-  ``$XDG_CACHE_HOME/hypernet/omniglot``, else ``~/.cache/hypernet/omniglot``;
-  ``None`` when ``HYPERNET_CACHE_DIR`` is set but empty (no disk cache).
+  ``~/.cache/hypernet/omniglot`` (beside the compiled kernels' ``~/.cache/hypernet/kernels``,
+  :func:`hypernet.numerics.norm_relu_pool.cache_dir`); ``None`` when
+  ``HYPERNET_CACHE_DIR`` is set but empty (no disk cache).
 
-  Decoding the 32,460 PNGs of the full Omniglot takes about 5 s on a CPU core, at every
+  Decoding the 32,460 PNGs of the full Omniglot takes about 6 s on a CPU core, at every
   run start and every evaluation; the decoded uint8 drawings (25 MB at 28x28) load from
   this folder in a fraction of a second. A file is found by the zip's real path, size
   and modification time, the image size and the resampling filter: a changed zip is
   decoded again. An unwritable or unreadable cache is skipped (logged at debug level),
   never an error. Delete the folder to free the space.
   """
-  root = os.environ.get("HYPERNET_CACHE_DIR")
-  if root is None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = os.path.join(base, "hypernet")
+  root = os.environ.get("HYPERNET_CACHE_DIR",
+                        os.path.join(os.path.expanduser("~"), ".cache", "hypernet"))
   return os.path.join(root, "omniglot") if root else None
 
 
