@@ -248,6 +248,7 @@ def make_episode_fn(data: Union[ClassIndexed, Tuple[np.ndarray, np.ndarray]], *,
   source_labels = tf.constant(data.class_labels)
   num_classes, max_count = data.class_indices.shape
 
+  @tf.autograph.experimental.do_not_convert  # Plain TensorFlow: traced as written.
   def episode_fn(index) -> Episode:
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
     keys = tf.random.experimental.stateless_split(key, num=4)
@@ -325,7 +326,8 @@ def meta_batch_dataset(task_fn: Callable[[tf.Tensor], Dict[str, tf.Tensor]], *,
   batched with static shapes and prefetched: resuming at step ``s`` costs nothing.
 
   Args:
-    task_fn: scalar int64 index -> dict of tensors (one task).
+    task_fn: scalar int64 index -> dict of tensors (one task); plain TensorFlow, traced
+      without AutoGraph.
     meta_batch_size: T, the tasks per meta-batch.
     start_step: the first meta-batch.
     num_steps: the number of meta-batches; ``None`` for an endless stream.
@@ -343,6 +345,7 @@ def meta_batch_dataset(task_fn: Callable[[tf.Tensor], Dict[str, tf.Tensor]], *,
   else:
     indices = tf.data.Dataset.range(start * t,
                                     (start + _check_int("num_steps", num_steps, 1)) * t)
+  task_fn = tf.autograph.experimental.do_not_convert(task_fn)
   return (indices.map(task_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
           .batch(t, drop_remainder=True)
           .prefetch(tf.data.AUTOTUNE))

@@ -178,6 +178,7 @@ def train_dataset(data: ImageClassificationData, global_batch_size: int, seed: i
         tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), first + 1]))
     return tf.where(epoch == first, tf.gather(perm_a, within), tf.gather(perm_b, within))
 
+  @tf.autograph.experimental.do_not_convert  # Traced as written (~0.1 s a pipeline).
   def load(k):
     idx = indices(k)
     x = tf.cast(tf.gather(images, idx), tf.float32) * scale
@@ -218,8 +219,9 @@ def eval_dataset(data: ImageClassificationData, global_batch_size: int, split: s
   ds = tf.data.Dataset.from_tensor_slices(
       {"image": x[order], "label": y[order].astype(np.int32), "weight": w[order]})
   scale = float(data.pixel_scale)
+  to_float = lambda b: dict(b, image=tf.cast(b["image"], tf.float32) * scale)
   ds = ds.batch(batch).map(
-      lambda b: dict(b, image=tf.cast(b["image"], tf.float32) * scale),
+      tf.autograph.experimental.do_not_convert(to_float),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return _with_options(ds).prefetch(tf.data.AUTOTUNE)
 

@@ -45,7 +45,8 @@ def _as_arrays(dataset, field: str, split: str):
       raise plugins.PluginError(f"{field}: {split} examples are dicts with keys "
                                 f"{sorted(spec)}; expected (image, label) or "
                                 "{'image', 'label'}.")
-    dataset = dataset.map(lambda e: (e["image"], e["label"]))
+    dataset = dataset.map(
+        tf.autograph.experimental.do_not_convert(lambda e: (e["image"], e["label"])))
   elif not (isinstance(spec, tuple) and len(spec) == 2):
     raise plugins.PluginError(f"{field}: {split} examples must be (image, label) pairs, "
                               f"got {spec}.")

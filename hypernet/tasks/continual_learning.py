@@ -211,8 +211,9 @@ class ContinualTask(protocol.Task):
                                   augment_shift=self.config.data.augment_shift,
                                   augment_flip=self.config.data.augment_flip)
       local = pipeline._replica_layout(global_batch_size, input_context)[1]  # pylint: disable=protected-access
-      ds = ds.enumerate().map(lambda k, b, t=t, s0=lo + first, n=local: dict(
-          b, task=tf.constant(t, tf.int32), step=s0 + k // n))
+      ds = ds.enumerate().map(tf.autograph.experimental.do_not_convert(
+          lambda k, b, t=t, s0=lo + first, n=local: dict(
+              b, task=tf.constant(t, tf.int32), step=s0 + k // n)))
       parts.append(ds)
     out = parts[0]
     for ds in parts[1:]:
@@ -223,7 +224,8 @@ class ContinualTask(protocol.Task):
     out = None
     for t, data in enumerate(self.eval_tasks):
       ds = pipeline.eval_dataset(data, global_batch_size, "test", input_context)
-      ds = ds.map(lambda b, t=t: dict(b, task=tf.constant(t, tf.int32)))
+      ds = ds.map(tf.autograph.experimental.do_not_convert(
+          lambda b, t=t: dict(b, task=tf.constant(t, tf.int32))))
       out = ds if out is None else out.concatenate(ds)
     return out
 

@@ -119,7 +119,8 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   ``start_step`` rebuilds exactly the meta-batches an uninterrupted run would see.
 
   Args:
-    task_fn: scalar int64 task index -> dict of tensors (one task).
+    task_fn: scalar int64 task index -> dict of tensors (one task); plain TensorFlow,
+      traced without AutoGraph.
     global_batch_size: T, tasks per step summed over replicas.
     start_step: the first step.
     input_context: from ``distribute_datasets_from_function``, or ``None``.
@@ -129,6 +130,7 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   """
   t, local, first = _layout(global_batch_size, input_context)
 
+  @tf.autograph.experimental.do_not_convert
   def indices(k):
     step, slot = k // local, first + k % local
     return step * global_batch_size + slot * t + tf.range(t, dtype=tf.int64)
@@ -141,7 +143,8 @@ def task_stream(task_fn, global_batch_size: int, start_step: int = 0,
   # (benchmarks/meta_bench.py).
   # Each task carries its global index: index // global_batch_size is the meta-step
   # (MAML++'s schedules over meta-steps read it).
-  ds = ds.map(lambda i: dict(task_fn(i), task_index=i))
+  ds = ds.map(tf.autograph.experimental.do_not_convert(
+      lambda i: dict(task_fn(i), task_index=i)))
   return _with_options(ds.batch(t, drop_remainder=True).prefetch(1))
 
 
@@ -155,7 +158,7 @@ def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
   the same number of evaluation steps and each task counts once.
 
   Args:
-    task_fn: scalar int64 index -> task dict.
+    task_fn: scalar int64 index -> task dict (traced without AutoGraph).
     num_tasks: the number of ``task_fn`` tasks.
     global_batch_size: tasks per evaluation step summed over replicas.
     input_context: as :func:`task_stream`.
@@ -170,6 +173,7 @@ def fixed_tasks(task_fn, num_tasks: int, global_batch_size: int,
            + (first + np.arange(local))[None, :, None] * t
            + np.arange(t)[None, None, :]).ravel()
 
+  @tf.autograph.experimental.do_not_convert
   def element(k):
     task = task_fn(tf.minimum(k, num_tasks - 1))
     if extra:

@@ -248,7 +248,7 @@ class Runtime:
     self.task_slot = next((i for i, t in enumerate(self.cluster) if t[:2] == own), 0)
     self.multi_worker = len(self.cluster) > 1 and isinstance(
         self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    self._agree = tf.function(self._agree_fn)
+    self._agree = tf.function(self._agree_fn, autograph=False)
 
   @contextlib.contextmanager
   def scope(self) -> Iterator[None]:
