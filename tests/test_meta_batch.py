@@ -343,3 +343,28 @@ def test_staggered_adds_sparse_gradient_parts():
   for a, b in zip(plain.variable_grads, staggered.variable_grads):
     np.testing.assert_allclose(tf.convert_to_tensor(b).numpy(),
                                tf.convert_to_tensor(a).numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_meta_batch_whose_trace_raises_leaves_the_process_usable():
+  """``tf.map_fn`` traced leaves a caching device on the shared variable scope when the
+  mapped function raises (hypernet.core.control_flow): every later variable made under a
+  strategy then failed. The meta-batch's trace raises (a loss that branches in Python on
+  a tensor); afterwards the scope is clean and a model and its optimiser build under a
+  OneDeviceStrategy, as in a fresh process."""
+  def branchy_mse(y, pred):
+    error = tf.reduce_mean(tf.square(y - pred))
+    return tf.zeros([]) if error > 1e6 else error
+
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+  learner = inner_loop.MAML(model, branchy_mse, inner_lr=0.1)
+  batch = {k: tf.ones([2, 3, 1]) for k in ("support_x", "support_y", "query_x", "query_y")}
+  for parallel in meta_batch.PARALLEL:
+    with pytest.raises(TypeError, match="decorate this function with @tf.function"):
+      tf.function(lambda b, p=parallel: meta_batch.meta_batch_loss(learner, b, parallel=p)
+                  .loss)(batch)
+    assert tf.compat.v1.get_variable_scope().caching_device is None, parallel
+  with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+    fresh = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(fresh.trainable_variables)
+  assert len(optimizer.variables) == 6  # iteration, learning rate, (m, v) per kernel and bias

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 import tensorflow as tf
 
-from hypernet.core import ops
+from hypernet.core import control_flow, ops
 
 
 def flatten_weights(weights: Mapping[str, tf.Tensor], paths: Sequence[str],
@@ -101,6 +101,7 @@ def diagonal_fisher(log_likelihood: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
     return [tf.square(tf.zeros_like(p) if g is None else tf.convert_to_tensor(g))
             for g, p in zip(grads, params)]
 
-  squares = tf.map_fn(one, (images, labels),
-                      fn_output_signature=[tf.TensorSpec(p.shape, p.dtype) for p in params])
+  squares = control_flow.map_fn(
+      one, (images, labels), fn_output_signature=[tf.TensorSpec(p.shape, p.dtype)
+                                                  for p in params])
   return [tf.reduce_mean(s, 0) for s in squares]

@@ -11,7 +11,7 @@ from typing import Dict, Iterator, List, Mapping, Optional
 import keras
 import tensorflow as tf
 
-from hypernet.core import functional, ops
+from hypernet.core import control_flow, functional, ops
 from hypernet.numerics import compat
 
 _LOCK = threading.RLock()
@@ -479,7 +479,7 @@ def batched_functional_call(model: keras.Model, weights: Mapping[str, tf.Tensor]
     fn = one
     elems = (weights, inputs)
   if parallel == "map_fn":
-    return tf.map_fn(fn, elems, fn_output_signature=_signature(model, fn, elems))
+    return control_flow.map_fn(fn, elems, fn_output_signature=_signature(model, fn, elems))
   dtypes = {w.dtype for w in weights.values() if w.dtype.is_floating} or {tf.float32}
   if conv == "auto":
     conv = "grouped" if all(grouped_conv_available(d) for d in dtypes) else "im2col"

@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hypernet.core import functional
+from hypernet.core import control_flow, functional
 from hypernet.hypernetworks import base as hn_base
 from hypernet.hypernetworks import batched
 from hypernet.keras.resume import ResumeMidEpoch
@@ -558,7 +558,7 @@ class MetaModel(compat.MultiWorkerFit, ResumeMidEpoch, AutoStepsPerExecution, ke
       return functional.functional_call(self.target, fast, qx, training=True, state=task_state,
                                         accelerate="meta")
 
-    return tf.map_fn(
+    return control_flow.map_fn(
         one, (inputs["support_x"], inputs["support_y"], inputs["query_x"]),
         fn_output_signature=self.target.outputs[0].dtype if getattr(
             self.target, "outputs", None) else tf.float32)

@@ -49,7 +49,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from hypernet.core import functional
+from hypernet.core import control_flow, functional
 from hypernet.numerics import accel
 from hypernet.meta import learner as learner_lib
 from hypernet.meta import losses, per_step_bn
@@ -193,8 +193,8 @@ def _check_options(adapt_options) -> Dict[str, object]:
 def _map_tasks(task, elems, parallel, signature, parallel_iterations):
   """``task`` over the tasks of ``elems``: ``tf.map_fn`` or ``tf.vectorized_map``."""
   if parallel == "map_fn":
-    return tf.map_fn(task, elems, fn_output_signature=signature,
-                     parallel_iterations=parallel_iterations)
+    return control_flow.map_fn(task, elems, fn_output_signature=signature,
+                               parallel_iterations=parallel_iterations)
   # TensorFlow's BatchNorm / ReLU / max-pool ops vectorise over tasks; the fused block
   # has no pfor converter and would run in a loop over them (hypernet.numerics.norm_relu_pool).
   # (Entered inside the mapped function: eagerly, vectorized_map traces it in a
