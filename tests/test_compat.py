@@ -831,3 +831,91 @@ def test_backup_progress_and_its_fallback(monkeypatch, fresh_canaries, caplog, t
   with caplog.at_level(logging.WARNING):
     assert compat.backup_progress(str(tmp_path)) is None
   assert "trains the epoch's first batches again" in caplog.text
+
+
+def test_a_users_tf_function_traces_hypernet_as_written(monkeypatch, caplog):
+  """``compat.exempt_from_autograph`` (at import): a user's ``tf.function`` over a
+  second-order MAML meta-batch (``meta_batch_loss``: the learner's ``adapt``, the
+  functional calls) converts none of hypernet's functions, the user's own step still is,
+  and the meta-gradient equals the eager one (AutoGraph converted ~4,000 functions for
+  the conv4 meta-batch test of test_meta_batch; counted at AutoGraph's converter, a
+  private hook, tests only). Its fallback: rules that no longer exempt the package
+  warn once that only tracing time is lost."""
+  from tensorflow.python.autograph.core import config  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.autograph.impl import api  # pylint: disable=g-import-not-at-top
+  from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
+  converted = []
+  real = api._convert_actual  # pylint: disable=protected-access
+
+  def counting(entity, program_ctx):
+    converted.append(f"{getattr(entity, '__module__', '')}."
+                     f"{getattr(entity, '__qualname__', entity)}")
+    return real(entity, program_ctx)
+
+  monkeypatch.setattr(api, "_convert_actual", counting)
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                            keras.layers.Dense(2)])
+  learner = inner_loop.MAML(model, "sparse_softmax_cross_entropy", inner_lr=0.5,
+                            inner_steps=2)
+  rng = np.random.default_rng(0)
+  batch = {"support_x": tf.constant(rng.normal(size=(2, 4, 3)), tf.float32),
+           "support_y": tf.constant([[0, 1, 0, 1]] * 2),
+           "query_x": tf.constant(rng.normal(size=(2, 4, 3)), tf.float32),
+           "query_y": tf.constant([[1, 0, 1, 0]] * 2)}
+
+  def step(batch):
+    with tf.GradientTape() as tape:
+      loss = meta_batch.meta_batch_loss(learner, batch).loss
+    return tape.gradient(loss, model.trainable_variables)
+
+  traced = tf.function(step)(batch)
+  assert converted and not [c for c in converted if c.startswith("hypernet")], converted
+  for got, want in zip(traced, step(batch)):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+  # The rules exempt hypernet; rules that another library put first and that convert it
+  # leave the traces converting, with one warning (speed only).
+  assert compat.exempt_from_autograph() is None
+  from tensorflow.python.autograph.core import config_lib  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(config, "CONVERSION_RULES",
+                      (config_lib.Convert("hypernet"),) + tuple(config.CONVERSION_RULES))
+  monkeypatch.setattr(compat, "_warned", set())
+  with caplog.at_level(logging.WARNING):
+    reason = compat.exempt_from_autograph()
+  assert reason and "CONVERT" in reason, reason
+  assert [r.getMessage() for r in caplog.records if "AutoGraph" in r.getMessage()] == [
+      f"hypernet: cannot exempt hypernet from AutoGraph in TensorFlow {tf.__version__} "
+      f"({reason}): traces convert its functions (slower traces, same values)."]
+
+
+def test_a_loss_fn_handed_to_hypernet_is_traced_as_written_or_converted_by_its_tf_function():
+  """What docs/write-your-own-task.md says: inside a user's ``tf.function`` hypernet
+  calls a user's ``loss_fn`` unconverted (a Python ``if`` on a tensor fails with
+  TensorFlow's own line naming the fix); wrapped in ``tf.function`` it is converted, and
+  the meta-gradient equals the eager one."""
+  from hypernet.meta import meta_batch  # pylint: disable=g-import-not-at-top
+
+  def branchy_mse(y, pred):
+    error = tf.reduce_mean(tf.square(y - pred))
+    if error > 1e6:  # a Python branch on a tensor: needs AutoGraph in a trace
+      error = tf.constant(1e6)
+    return error
+
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(3, activation="tanh"),
+                            keras.layers.Dense(1)])
+  rng = np.random.default_rng(1)
+  batch = {k: tf.constant(rng.normal(size=(2, 3, 1)), tf.float32)
+           for k in ("support_x", "support_y", "query_x", "query_y")}
+
+  def step(learner):
+    with tf.GradientTape() as tape:
+      loss = meta_batch.meta_batch_loss(learner, batch).loss
+    return tape.gradient(loss, model.trainable_variables)
+
+  as_written = inner_loop.MAML(model, branchy_mse, inner_lr=0.1)
+  with pytest.raises(TypeError, match="decorate this function with @tf.function"):
+    tf.function(step)(as_written)
+  wrapped = inner_loop.MAML(model, tf.function(branchy_mse), inner_lr=0.1)
+  for got, want in zip(tf.function(step)(wrapped), step(as_written)):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)

@@ -255,13 +255,18 @@ def _check_differentiable_gradients(model, loss_fn, call_weights, adapted, suppo
 
       try:
         # AutoGraph would convert every Keras call on the way (7 of 9 s of a small
-        # transformer's first eager second-order step); a model whose Python control
-        # flow needs it gets it on the retry.
+        # transformer's first eager second-order step); a loss whose Python control
+        # flow needs it (it ran eagerly) is converted on the retry.
         tf.function(probe, autograph=False).get_concrete_function(
             weight_specs, x_specs, y_specs, state_specs)
       except Exception:  # pylint: disable=broad-except
         found_names.clear()
-        tf.function(probe).get_concrete_function(weight_specs, x_specs, y_specs, state_specs)
+        try:
+          loss_fn = tf.autograph.to_graph(loss_fn)
+        except Exception:  # pylint: disable=broad-except  # not convertible: as written
+          pass
+        tf.function(probe, autograph=False).get_concrete_function(
+            weight_specs, x_specs, y_specs, state_specs)
       cache[key] = found_names[0]
     names = cache[key]
   if names:

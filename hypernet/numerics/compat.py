@@ -113,6 +113,62 @@ def reset_canary(name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# AutoGraph's conversion rules: hypernet's own code is traced as written.
+# ---------------------------------------------------------------------------------------
+
+def _autograph_rules():
+  try:
+    from tensorflow.python.autograph.core import config, config_lib  # pylint: disable=g-import-not-at-top
+    return config, config_lib
+  except ImportError:
+    return None
+
+
+def exempt_from_autograph(package: str = "hypernet") -> Optional[str]:
+  """Adds ``package`` to AutoGraph's ``CONVERSION_RULES`` as not converted, as TensorFlow
+  lists ``keras`` and ``tensorflow`` there: a user's ``tf.function`` that calls hypernet
+  (``functional_call``, a learner's ``adapt``, ``meta_batch_loss``, ...) traces
+  hypernet's code as written instead of converting each function it reaches. hypernet's
+  code needs no conversion (the train loop traces it with ``autograph=False``); the
+  conversion took about a sixth of the test suite's CPU time. Functions a user hands to
+  hypernet (a ``loss_fn``, a ``task_fn``) are then traced as written too, as in
+  ``Model.fit`` and in the train loop: branch on tensors with ``tf.cond``, or wrap the
+  function in ``tf.function`` (which converts it). There is no public way to exempt a
+  package (``tf.autograph.experimental.do_not_convert`` marks one function).
+
+  Self-check: after the change, the rules must answer "do not convert" for this module
+  (AutoGraph follows the first rule that matches). Returns ``None`` when the rule is in place, else the reason; a missing rule
+  costs only tracing time (AutoGraph converts hypernet's functions as before, same
+  values), and a warning says so.
+  """
+  found = _autograph_rules()
+  reason = "tensorflow.python.autograph.core.config(_lib) is missing"
+  if found is not None:
+    config, config_lib = found
+    try:
+      rules = tuple(config.CONVERSION_RULES)
+      if not any(isinstance(r, config_lib.DoNotConvert) and r.matches(package)
+                 for r in rules):
+        config.CONVERSION_RULES = (config_lib.DoNotConvert(package),) + rules
+      # AutoGraph follows the first rule that names a module's action.
+      module = sys.modules[__name__]
+      action = next((a for a in (r.get_action(module) for r in config.CONVERSION_RULES)
+                     if a != config_lib.Action.NONE), config_lib.Action.NONE)
+      if action == config_lib.Action.DO_NOT_CONVERT:
+        return None
+      reason = f"the rules answer {action} for {__name__}"
+    except (AttributeError, TypeError) as e:
+      reason = f"{type(e).__name__}: {e}"
+  warn_once("autograph_rules", "cannot exempt %s from AutoGraph in TensorFlow %s (%s): "
+            "traces convert its functions (slower traces, same values).", package,
+            tf.__version__, reason)
+  return reason
+
+
+exempt_from_autograph()
+
+
+# ---------------------------------------------------------------------------------------
 # Keras' backend modules, across Keras' layouts.
 # ---------------------------------------------------------------------------------------
 
