@@ -13,14 +13,17 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
-import tensorflow as tf
 
-_cpus = tf.config.list_physical_devices("CPU")
-try:
-  tf.config.set_logical_device_configuration(
-      _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-except RuntimeError:  # Already initialised (e.g. imported twice); keep what is there.
-  pass
+
+def _split_the_cpu():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cpus = tf.config.list_physical_devices("CPU")
+  try:
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+  except RuntimeError:  # Already initialised (e.g. imported twice); keep what is there.
+    pass
+
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -43,11 +46,16 @@ def data_dir() -> pathlib.Path:
 # -- The disk cache of decoded data (hypernet.data.omniglot.disk_cache_dir): one folder per
 # run, made by the controlling process before pytest-xdist starts its workers (which, and
 # every process a test starts, inherit the variable), removed at the end; the user's
-# ~/.cache is never read or written.
+# ~/.cache is never read or written. pytest-xdist's controlling process runs no test: it
+# does not pay TensorFlow's import (~5 s before the workers start). Every process that
+# runs tests splits the CPU here, before any test module imports TensorFlow.
 def pytest_configure(config):
-  if not hasattr(config, "workerinput"):
+  worker = hasattr(config, "workerinput")
+  if not worker:
     config.hypernet_cache = tempfile.mkdtemp(prefix="hypernet-test-cache-")
     os.environ["HYPERNET_CACHE_DIR"] = config.hypernet_cache
+  if worker or not getattr(config.option, "numprocesses", None):
+    _split_the_cpu()
 
 
 def pytest_unconfigure(config):

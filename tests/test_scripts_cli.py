@@ -82,6 +82,7 @@ def test_chunked_diagnostics_documented_command_runs_2_steps():
     ("trace_profile.py", ["--data_dir", "META_BATCH", "{second,first}"]),
     ("step_graph_ops.py", ["usage: step_graph_ops.py"]),
     ("step_breakdown.py", ["--steps:", "--repeats:", "--batch_size:"]),
+    ("user_trace.py", ["--repeats", "--steps", "as shipped"]),
 ])
 def test_benchmark_help_exits_0(script, expected, tmp_path):
   """--help prints the usage and exits 0 without running the benchmark, from any folder;
