@@ -212,6 +212,11 @@ class Trainer:
                                           **self.task.trackables())
     self.manager = self._make_manager()
 
+  def _new_train_steps(self):
+    """A fresh ``tf.function`` of the chunked train loop (one per run, or per phase),
+    traced as written (no AutoGraph)."""
+    return tf.function(self._train_steps_fn, autograph=False)
+
   def _compile(self) -> None:
     """The step functions (traced at their first call)."""
     self.jit = self.devices["jit"]
@@ -220,7 +225,7 @@ class Trainer:
     self.fused_blocks = self.devices["fused_blocks"]
     self.metric_names = list(self.task.metric_names)
     self.train_metric_names = list(self.task.train_metric_names)
-    self._train_steps = tf.function(self._train_steps_fn, autograph=False)
+    self._train_steps = self._new_train_steps()
     # A task whose step changes form at known steps (MAML++'s derivative-order annealing:
     # first order, then second) names its phases (task.phase_boundaries(), task.phase_at
     # (step)): one traced function per phase, each with only its own work in the graph.
@@ -464,7 +469,7 @@ class Trainer:
       phase = self.task.phase_at(step)
       fn = self._phase_steps.get(phase)
       if fn is None:
-        fn = self._phase_steps[phase] = tf.function(self._train_steps_fn, autograph=False)
+        fn = self._phase_steps[phase] = self._new_train_steps()
       with self.task.tracing_phase(phase):  # Read while (and only when) fn traces.
         totals, bad = fn(iterator, tf.constant(until - step, tf.int64))
       for k, (s, c) in totals.items():
