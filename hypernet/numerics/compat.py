@@ -129,17 +129,18 @@ def exempt_from_autograph(package: str = "hypernet") -> Optional[str]:
   lists ``keras`` and ``tensorflow`` there: a user's ``tf.function`` that calls hypernet
   (``functional_call``, a learner's ``adapt``, ``meta_batch_loss``, ...) traces
   hypernet's code as written instead of converting each function it reaches. hypernet's
-  code needs no conversion (the train loop traces it with ``autograph=False``); the first
-  call of a user's step is 1.7-2.3x faster (``benchmarks/user_trace.py``). Functions a user hands to
-  hypernet (a ``loss_fn``, a ``task_fn``) are then traced as written too, as in
-  ``Model.fit`` and in the train loop: branch on tensors with ``tf.cond``, or wrap the
-  function in ``tf.function`` (which converts it). There is no public way to exempt a
-  package (``tf.autograph.experimental.do_not_convert`` marks one function).
+  code needs no conversion (the train loop traces it with ``autograph=False``); the
+  first call of a user's step is 1.7-2.3x faster (``benchmarks/user_trace.py``).
+  Functions a user hands to hypernet (a ``loss_fn``, a ``task_fn``) are then traced as
+  written too, as in ``Model.fit`` and in the train loop: branch on tensors with
+  ``tf.cond``, or wrap the function in ``tf.function`` (which converts it). There is no
+  public way to exempt a package (``tf.autograph.experimental.do_not_convert`` marks one
+  function).
 
   Self-check: after the change, the rules must answer "do not convert" for this module
-  (AutoGraph follows the first rule that matches). Returns ``None`` when the rule is in place, else the reason; a missing rule
-  costs only tracing time (AutoGraph converts hypernet's functions as before, same
-  values), and a warning says so.
+  (AutoGraph follows the first rule that matches). Returns ``None`` when the rule is in
+  place, else the reason; a missing rule costs only tracing time (AutoGraph converts
+  hypernet's functions as before, same values), and a warning says so.
   """
   found = _autograph_rules()
   reason = "tensorflow.python.autograph.core.config(_lib) is missing"
