@@ -30,8 +30,6 @@ def map_fn(fn, elems, **kwargs):
   Returns:
     What ``tf.map_fn`` returns: the stacked results ``[n, ...]``.
   """
-  if tf.executing_eagerly():
-    return tf.map_fn(fn, elems, **kwargs)
   scope = tf.compat.v1.get_variable_scope()
   caching_device = scope.caching_device
   try:
