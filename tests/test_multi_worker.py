@@ -141,20 +141,22 @@ def _latest_step(workdir):
 
 @pytest.mark.slow
 def test_faults_on_either_worker_lose_nothing_and_resume_to_the_uninterrupted_run(tmp_path):
-  """One run of 2 workers, faulted three times and restarted with the same command each
-  time: SIGTERM to the non-chief, kill -9 of the non-chief, kill -9 of the chief. A
-  SIGTERM stops both workers at one step that the chief saves (status 143); a killed
-  worker's peer says in one line whom it lost and where the rerun resumes (status 143).
-  The last rerun ends bitwise equal to an uninterrupted run. (A SIGTERM to the chief, or
-  to both, takes the same path: every worker reports its signals in one collective at
-  each chunk boundary, Trainer.agree_stop; test_fault_tolerance covers one process's
-  SIGTERM.)"""
+  """One run of 2 workers, faulted twice and restarted with the same command each time:
+  SIGTERM to the non-chief, then kill -9 of the chief. A SIGTERM stops both workers at
+  one step that the chief saves (status 143); the killed chief's peer says in one line
+  whom it lost and where the rerun resumes (status 143). The last rerun ends bitwise equal
+  to an uninterrupted run. (A SIGTERM to the chief, or to both, takes the same path:
+  every worker reports its signals in one collective at each chunk boundary,
+  Trainer.agree_stop; test_fault_tolerance covers one process's SIGTERM. A killed
+  non-chief is reported by the chief in the same line, the same code with the other
+  index; the checkpoint folder it leaves behind is removed when it starts again:
+  test_fault_tolerance::test_a_killed_workers_checkpoint_folder_is_removed_when_it_starts_again.)"""
   deadline = time.time() + 900
   wd = tmp_path / "run"
   pairs = []
   try:
     resume_at = 0
-    for fault in ("term1", "kill1", "kill0"):
+    for fault in ("term1", "kill0"):
       pair, workers = _start_pair(wd, tmp_path)
       pairs.append(pair)
       if resume_at:
@@ -198,8 +200,6 @@ def test_faults_on_either_worker_lose_nothing_and_resume_to_the_uninterrupted_ru
         assert (int(line.group(1)), line.group(2), int(line.group(3))) == (
             victim, workers[victim], saved), line.group(0)
         resume_at = saved
-        if fault == "kill1":  # Its checkpoint copy is left behind, until it starts again.
-          assert list((tmp_path / "tmp1").glob("hypernet-worker1-*"))
       for w in pair:
         assert "Traceback" not in w.log, w.log[-3000:]
 
@@ -208,7 +208,7 @@ def test_faults_on_either_worker_lose_nothing_and_resume_to_the_uninterrupted_ru
     assert [w.wait(deadline) for w in final] == [0, 0], final[0].log[-3000:]
     assert re.search(rf"Resumed from \S*ckpt-{resume_at} at step {resume_at}\b", final[1].log)
     assert re.search(rf"Resumed from \S*ckpt-{resume_at} at step {resume_at}\b", final[0].log)
-    # The killed non-chief's checkpoint copy was removed when it started again.
+    # The non-chief's checkpoint copy is gone with the run.
     assert not list((tmp_path / "tmp1").glob("hypernet-*"))
   finally:
     for pair in pairs:
