@@ -8,21 +8,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 reqs=$1
 venv=${2:-${HYPERNET_VENVS:-$HOME/.cache/hypernet-venvs}/$(basename "$reqs" .txt)}
-# uv (in the test extras) builds the venv and installs into it in parallel: about 1 min
-# from nothing against pip's 2-2.5 min on 2 cores; pip where uv is not installed.
-if python -m uv --version > /dev/null 2>&1; then
-  make_venv=(python -m uv venv -q --seed "$venv")
-  install=(python -m uv pip install -q --python "$venv/bin/python")
-else
-  make_venv=(python -m venv "$venv")
-  install=("$venv/bin/python" -m pip install --disable-pip-version-check)
-fi
+# The venv gets the pins and the package's dependencies and test extras, read from
+# pyproject.toml, but not the package itself: nothing is built, so nothing is written into
+# the checkout (.ci/run runs this beside the suite's own install); the tests import
+# hypernet from the checkout (python -m pytest puts the current folder first on sys.path).
+# uv installs in parallel: about 1 min from nothing against pip's 2-2.5 min on 2 cores
+# (the running Python's uv, else one installed into the venv first).
 if ! "$venv/bin/python" -c "" 2>/dev/null; then
   rm -rf "$venv"
-  "${make_venv[@]}"
+  python -m venv "$venv"
 fi
-if ! "${install[@]}" -r "$reqs" -e ".[test]" > "$venv/pip-install.log" 2>&1; then
-  tail -n 40 "$venv/pip-install.log"
+log=$venv/pip-install.log
+uv=(python -m uv)
+if ! "${uv[@]}" --version > /dev/null 2>&1; then
+  uv=("$venv/bin/python" -m uv)
+  "${uv[@]}" --version > /dev/null 2>&1 || \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check uv > "$log" 2>&1 || uv=()
+fi
+python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['test']))" > "$venv/dependencies.txt"
+if [[ ${#uv[@]} -gt 0 ]]; then
+  install=("${uv[@]}" pip install -q --python "$venv/bin/python")
+else
+  install=("$venv/bin/python" -m pip install --disable-pip-version-check)
+fi
+if ! "${install[@]}" -r "$reqs" -r "$venv/dependencies.txt" >> "$log" 2>&1; then
+  tail -n 40 "$log"
   echo "compat subset: could not install $reqs into $venv (log above)." >&2
   exit 1
 fi

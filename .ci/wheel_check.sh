@@ -33,8 +33,21 @@ phase() { echo "wheel check: $1 ($((SECONDS - start)) s)"; start=$SECONDS; }
 fail() { echo "wheel check: $1" >&2; exit 1; }
 start=$SECONDS
 
-# 1. The wheel, built as pip builds it for a user (an isolated build environment).
-if ! "${pip[@]}" wheel --no-deps -w "$tmp/dist" . > "$tmp/build.log" 2>&1; then
+# 1. The wheel, built as pip builds it for a user (an isolated build environment), from a
+# copy of the checkout's files (tracked and untracked, not ignored): the build writes
+# build/ and *.egg-info beside the sources, and .ci/run runs this beside other installs
+# from the same checkout.
+src=.
+if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  src=$tmp/src
+  git ls-files -z --cached --others --exclude-standard | python -c "
+import os, shutil, sys
+for name in sys.stdin.buffer.read().decode().split('\0'):
+  if name and os.path.isfile(name):  # (a tracked file deleted in the checkout is left out)
+    os.makedirs(os.path.join(sys.argv[1], os.path.dirname(name)), exist_ok=True)
+    shutil.copy2(name, os.path.join(sys.argv[1], name))" "$src"
+fi
+if ! "${pip[@]}" wheel --no-deps -w "$tmp/dist" "$src" > "$tmp/build.log" 2>&1; then
   tail -n 40 "$tmp/build.log"; fail "pip wheel failed (log above)."
 fi
 wheel=$(ls "$tmp"/dist/hypernet-*.whl)
