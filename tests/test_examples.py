@@ -103,7 +103,7 @@ def test_own_hypernetwork_kind_trains_through_keras_fit(tmp_path):
 
 
 def test_generated_adapters_fit_new_tasks_on_a_frozen_transformer():
-  result = _load("generated_adapters").main(epochs=10)
+  result = _load("generated_adapters").main(epochs=7)  # ~18 s on 2 cores; 30 as shipped
   before, after = result["before"], result["after"]
   assert after[0] > 0.85, result            # the base's own task stays learned
   for k in (1, 3):                          # mirrored, transposed: the base fails them
