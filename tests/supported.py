@@ -7,8 +7,12 @@ reach into TensorFlow's and Keras' internals (the functional call, exact second 
 the fused kernels and their dispatch, plain bias adds, meta-learners, hypernetworks,
 batched weights, the device choices). ``conftest.py`` gives every test listed here the
 pytest marker ``compat_subset``: ``python -m pytest -m compat_subset``.
+``python tests/supported.py`` prints the files that hold the subset (the scripts collect
+only those; neither it nor this module imports Keras).
 """
-import keras
+import importlib.metadata
+import sys
+
 import pytest
 
 
@@ -16,7 +20,8 @@ def _version(text):
   return tuple(int(part) for part in text.split(".")[:2])
 
 
-KERAS = _version(keras.__version__)
+KERAS_VERSION = importlib.metadata.version("keras")
+KERAS = _version(KERAS_VERSION)
 
 
 def requires_keras(minimum: str, feature: str):
@@ -24,7 +29,7 @@ def requires_keras(minimum: str, feature: str):
   Keras feature it needs."""
   return pytest.mark.skipif(
       KERAS < _version(minimum),
-      reason=f"needs Keras >= {minimum} ({feature}); Keras {keras.__version__} is installed")
+      reason=f"needs Keras >= {minimum} ({feature}); Keras {KERAS_VERSION} is installed")
 
 
 # "file" (every test in it), "file::test_function" (every parametrisation of it) or
@@ -76,3 +81,12 @@ def in_subset(nodeid: str) -> bool:
   entry = path.rsplit("/", 1)[-1]
   return (entry in COMPAT_SUBSET or f"{entry}::{name.split('[')[0]}" in COMPAT_SUBSET
           or f"{entry}::{name}" in COMPAT_SUBSET)
+
+
+def subset_files() -> list:
+  """The test files that hold the subset, as paths from the repository root."""
+  return sorted({f"tests/{entry.split('::')[0]}" for entry in COMPAT_SUBSET})
+
+
+if __name__ == "__main__":
+  sys.stdout.write(" ".join(subset_files()) + "\n")

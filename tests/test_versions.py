@@ -60,6 +60,24 @@ def test_every_subset_entry_names_a_test():
       "tests/test_meta_batch.py::test_conv4_meta_batch_matches_per_task_loop[maml]")
 
 
+def test_the_subset_files_printed_for_the_scripts_hold_every_subset_test(request):
+  """``python tests/supported.py`` (what .ci/compat_subset.sh collects): every file with a
+  test of the subset and no other, printed without importing Keras."""
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  out = subprocess.run(
+      [sys.executable, "-X", "importtime", str(REPO_ROOT / "tests" / "supported.py")],
+      capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+  printed = out.stdout.split()
+  assert printed == supported.subset_files()
+  assert not re.search(r"\| +(keras|tensorflow)$", out.stderr, re.M)
+  marked = {item.nodeid.split("::")[0] for item in request.session.items
+            if item.get_closest_marker("compat_subset")}
+  if len({item.nodeid.split("::")[0] for item in request.session.items}) > len(printed):
+    assert marked == set(printed)   # A whole-suite run: the marked tests' files exactly.
+  else:
+    assert marked <= set(printed)
+
+
 def test_requires_keras_skips_older_keras_with_the_reason():
   newer = f"{supported.KERAS[0]}.{supported.KERAS[1] + 1}"
   mark = supported.requires_keras(newer, "a feature")
