@@ -84,9 +84,11 @@ def state(model):
   return {f"{i:03d}{list(v.shape)}": np.array(v.numpy()) for i, v in enumerate(variables)}
 
 
-def run(strategy, kind, save_freq, backup_dir, block_at=None):
+def run(strategy, kind, save_freq, backup_dir, block_at=None, raise_at=None):
   """Builds, compiles and fits the model in ``strategy``'s scope (with
-  ``BackupAndRestore`` into ``backup_dir`` unless it is ``None``); returns it."""
+  ``BackupAndRestore`` into ``backup_dir`` unless it is ``None``); returns it.
+  ``block_at`` / ``raise_at`` ``(epoch, batch)``: after that batch, print ``BLOCKED`` and
+  sleep (for a test to kill the process) / raise ``KeyboardInterrupt`` (in-process)."""
   import keras  # pylint: disable=g-import-not-at-top
 
   class Block(keras.callbacks.Callback):
@@ -99,6 +101,8 @@ def run(strategy, kind, save_freq, backup_dir, block_at=None):
       print(f"EPOCH {epoch}", flush=True)
 
     def on_train_batch_end(self, batch, logs=None):
+      if raise_at == (self.epoch, batch):
+        raise KeyboardInterrupt(f"after batch {batch} of epoch {self.epoch}")
       if block_at == (self.epoch, batch):
         print("BLOCKED", flush=True)
         while True:

@@ -1,9 +1,9 @@
-"""Keras fit() of hn.keras models under tf.distribute, killed mid-epoch and rerun with
+"""Keras fit() of hn.keras models under tf.distribute, stopped mid-run and rerun with
 keras.callbacks.BackupAndRestore, ends where the uninterrupted run ends, bit for bit.
 
 The job (tests/keras_backup_job.py: a chunked HyperModel over a CNN with BatchNorm and
-dropout, some target weights not generated; 3 epochs of 4 steps) stops after batch 2 of
-epoch 1 and is killed there with SIGKILL; the same command is run again. It must resume
+dropout, some target weights not generated; 3 epochs of 4 steps) is stopped after a
+batch of epoch 1 and run again as a new model with the same backup folder. It must resume
 at epoch 1 (not from scratch: a rerun that ignored the backup would also end at the
 uninterrupted weights) and end with every variable of the model and of its optimiser
 (hypernetwork, the target's weights that are not generated, BatchNorm statistics,
@@ -11,11 +11,13 @@ dropout seed states, Adam's moments and step count) bitwise equal to the uninter
 run's, which runs here on MirroredStrategy over the two logical CPUs of
 tests/conftest.py.
 
-* MirroredStrategy: the job in one process on two logical CPUs, a backup every 2
-  batches: the rerun resumes from the one after batch 1 of epoch 1 and skips the two
-  batches it holds (hypernet/keras/resume.py; Keras 3 alone trains them again).
+* MirroredStrategy, in this process: a backup every 2 batches; the fit is interrupted
+  (KeyboardInterrupt) after batch 2 of epoch 1, and the rerun resumes from the backup
+  after batch 1 of epoch 1 and skips the two batches it holds (hypernet/keras/resume.py;
+  Keras 3 alone trains them again).
 * MultiWorkerMirroredStrategy: two worker processes on 127.0.0.1 (TF_CONFIG), each with
-  its own backup folder, a backup at each epoch's end; worker 1 is killed. Worker 0
+  its own backup folder, a backup at each epoch's end; worker 1 is killed with SIGKILL
+  after batch 2 of epoch 1. Worker 0
   then waits in its next collective until it fails (tens of seconds): like a cluster
   manager, the test stops it at once and reruns both workers with the same command
   (docs/keras.md, "Killed and rerun"). An uninterrupted two-worker run ends bitwise
@@ -46,8 +48,10 @@ def _command(strategy, save_freq, backup_dir, out, stop=False):
   return args + [",".join(map(str, STOP_AT))] if stop else args
 
 
-def _epochs(process):
-  return [int(e) for e in re.findall(r"^EPOCH (\d+)$", process.log, re.M)]
+def _epochs(log):
+  """The epochs a job's console (``str``) or process (``Job``) began."""
+  log = log if isinstance(log, str) else log.log
+  return [int(e) for e in re.findall(r"^EPOCH (\d+)$", log, re.M)]
 
 
 def _assert_same(got, want):
@@ -72,25 +76,20 @@ def _assert_backup(backup_dir, epoch, batch):
       "epoch": epoch, "batch": batch}
 
 
-@pytest.mark.slow
-def test_mirrored_fit_killed_mid_epoch_resumes_to_the_uninterrupted_run(tmp_path,
-                                                                        uninterrupted):
-  deadline = time.time() + TIMEOUT_S
-  env, backup = worker_env(tmp_path / "tmp"), tmp_path / "backup"
-  first = Job(_command("mirrored", 2, backup, tmp_path / "never.npz", stop=True), env,
-              stream="stdout")
-  try:
-    first.wait_for("^BLOCKED", deadline)
-    _assert_backup(backup, 1, 1)  # Saved after batch 1 of epoch 1: a mid-epoch backup.
-    first.proc.send_signal(signal.SIGKILL)
-    assert first.wait(deadline) == -signal.SIGKILL
-    rerun = Job(_command("mirrored", 2, backup, tmp_path / "out.npz"), env, stream="stdout")
-    assert rerun.wait(deadline) == 0, rerun.log[-3000:]
-  finally:
-    first.kill()
-  assert _epochs(first) == [0, 1] and _epochs(rerun) == [1, 2], rerun.log[-3000:]
+def test_mirrored_fit_interrupted_mid_epoch_resumes_to_the_uninterrupted_run(
+    tmp_path, uninterrupted, capsys):
+  backup = tmp_path / "backup"
+  strategy = distribute.get_strategy("mirrored")
+  capsys.readouterr()
+  with pytest.raises(KeyboardInterrupt):
+    job.run(strategy, "hyper", 2, str(backup), raise_at=STOP_AT)
+  first = capsys.readouterr().out
+  _assert_backup(backup, 1, 1)  # Saved after batch 1 of epoch 1: a mid-epoch backup.
+  model = job.run(strategy, "hyper", 2, str(backup))  # The job rerun: a new model.
+  rerun = capsys.readouterr().out
+  assert _epochs(first) == [0, 1] and _epochs(rerun) == [1, 2], rerun[-3000:]
   assert not backup.exists()  # Removed by Keras at the end of the finished fit().
-  _assert_same(dict(np.load(tmp_path / "out.npz")), uninterrupted)
+  _assert_same(job.state(model), uninterrupted)
 
 
 @pytest.mark.slow
