@@ -72,12 +72,14 @@ def test_centring_sets_the_output_bias(center):
     assert np.std(raw.mean(0)) > 0.2  # The shared pattern W_out . mean(h) the centring removes.
 
 
-@pytest.mark.parametrize("emb_multiplier,hidden", [(1.0, (8,)), (10.0, (8,)), (1.0, ())])
-def test_gradients_match_float64_finite_differences(emb_multiplier, hidden):
+@pytest.mark.parametrize("emb_multiplier,head_multiplier,hidden", [
+    (1.0, 1.0, (8,)), (10.0, 1.0, (8,)), (1.0, 30.0, (8,)), (1.0, 1.0, ())])
+def test_gradients_match_float64_finite_differences(emb_multiplier, head_multiplier, hidden):
   target = _target("float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=hidden,
-                             dtype="float64", seed=3, emb_multiplier=emb_multiplier)
+                             dtype="float64", seed=3, emb_multiplier=emb_multiplier,
+                             head_multiplier=head_multiplier)
   x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
   y = tf.constant([0, 1, 2, 3, 4, 5])
 
@@ -135,6 +137,35 @@ def test_emb_multiplier_same_function_m_times_faster_adam_step():
     moved[m] = np.abs(hnet.embeddings.numpy() - e0)
   np.testing.assert_allclose(moved[1.0], 1e-3, rtol=1e-3)
   np.testing.assert_allclose(moved[10.0], 1e-2, rtol=1e-3)
+
+
+def test_head_multiplier_same_weights_m_times_faster_adam_step_through_the_head():
+  """``head_multiplier=m`` stores the output head divided by ``m``: the same generated
+  weights at init, and one Adam step on the head (each stored coordinate moves +-lr, the
+  gradient's signs being those of m = 1) changes every generated weight m times as much."""
+  spec = functional.weight_spec(_target(), "conv*/*,dense*/*,head/*")
+  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1])
+  y = tf.constant([0, 1, 2, 3, 4, 5])
+  moved = {}
+  for m in (1.0, 10.0):
+    hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,), seed=3,
+                               head_multiplier=m)
+    w0 = {p: w.numpy() for p, w in hnet().items()}
+    if m == 1.0:
+      first_w, kernel = w0, hnet.output_head.kernel.numpy()
+    else:
+      np.testing.assert_allclose(hnet.output_head.kernel.numpy() * m, kernel, rtol=1e-6)
+      for p, w in w0.items():
+        np.testing.assert_allclose(w, first_w[p], rtol=1e-5, atol=1e-6)
+    head = [hnet.output_head.kernel, hnet.output_head.bias]
+    opt = keras.optimizers.Adam(1e-3, epsilon=1e-12)
+    with tf.GradientTape() as tape:
+      logits = functional.functional_call(_target(), hnet(), x)
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    opt.apply_gradients(zip(tape.gradient(loss, head), head))
+    moved[m] = np.concatenate([(w.numpy() - w0[p]).ravel() for p, w in hnet().items()])
+  assert np.abs(moved[1.0]).max() > 1e-5
+  np.testing.assert_allclose(moved[10.0], 10.0 * moved[1.0], rtol=2e-3, atol=1e-8)
 
 
 def test_linear_generator_is_a_rank_d_e_plus_1_factorisation():

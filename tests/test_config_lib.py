@@ -256,6 +256,7 @@ def test_out_of_range_values_are_named_before_any_work(name, field, value):
     ("digits_hyper", "hypernet.chunk_emb_dim", 0),
     ("digits_hyper", "hypernet.hidden", (0,)),
     ("digits_hyper", "hypernet.emb_multiplier", 0.0),
+    ("digits_hyper", "hypernet.head_multiplier", -1.0),
     ("digits_mlp", "hypernet.embedding_dim", 0),
     ("digits_static", "hypernet.z_dim", 0),
     ("digits_static", "hypernet.slice_out", 0),

@@ -35,6 +35,10 @@ class ChunkedHypernetwork(base.Hypernetwork):
       below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
     emb_multiplier: ``m > 0``; the chunk embeddings are stored divided by ``m`` and used
       multiplied by it, so Adam steps them ``m`` times faster (docs/hypernetworks.md). ``1``: plain.
+    head_multiplier: ``m > 0``; the output head's kernel and bias are stored divided by
+      ``m`` and the raw chunks multiplied by it: the same initial weights, and Adam moves
+      every generated weight through the head ``m`` times faster (docs/hypernetworks.md,
+      "Head multiplier"). ``1``: plain.
     head_precondition: ``lam >= 0``; ``> 0`` preconditions the output head's gradient by
       the damped inverse of its input second moment (docs/hypernetworks.md), ``lam`` being the
       damping relative to the mean eigenvalue. ``0``: the plain gradient.
@@ -59,9 +63,9 @@ class ChunkedHypernetwork(base.Hypernetwork):
   and dtype (with a leading ``S`` axis for a batch of ``S`` conditions).
 
   Raises:
-    ValueError: empty ``target_spec``, non-positive sizes or ``emb_multiplier``, negative
-      ``head_precondition``, an unknown ``init``, ``hidden=()`` with conditions, or
-      ``condition_per_chunk`` without a condition.
+    ValueError: empty ``target_spec``, non-positive sizes, ``emb_multiplier`` or
+      ``head_multiplier``, negative ``head_precondition``, an unknown ``init``,
+      ``hidden=()`` with conditions, or ``condition_per_chunk`` without a condition.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
@@ -69,7 +73,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
                hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
                center: bool = True, emb_multiplier: float = 1.0,
-               head_precondition: float = 0.0, num_conditions: int = 0,
+               head_multiplier: float = 1.0, head_precondition: float = 0.0, num_conditions: int = 0,
                condition_dim: int = 0, condition_per_chunk: bool = False, seed: int = 0,
                dtype=None, name: str = "hypernetwork"):
     self.condition_per_chunk = bool(condition_per_chunk)
@@ -94,11 +98,15 @@ class ChunkedHypernetwork(base.Hypernetwork):
     if not emb_multiplier > 0:
       raise ValueError(f"emb_multiplier ({emb_multiplier}) must be positive "
                        "(1 is the plain embedding).")
+    if not head_multiplier > 0:
+      raise ValueError(f"head_multiplier ({head_multiplier}) must be positive "
+                       "(1 is the plain output head).")
     if not head_precondition >= 0:
       raise ValueError(f"head_precondition ({head_precondition}) must be >= 0 "
                        "(0 is the plain gradient).")
     self.chunk_size = int(chunk_size)
     self.emb_multiplier = float(emb_multiplier)
+    self.head_multiplier = float(head_multiplier)
     self.head_precondition = float(head_precondition)
     self.num_chunks = -(-self.num_generated // self.chunk_size)
     self.init_mode = init
@@ -136,6 +144,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
     features = self._features(tf.constant(inputs, self.compute_dtype)).numpy()
     center = features.astype(np.float64).mean(axis=0) if center else np.zeros(width)
     out_std = 1.0 / np.sqrt(width * base.second_moment(features - center))
+    out_std /= self.head_multiplier   # Stored divided by m (b_out below follows W_out).
     self.output_head = keras.layers.Dense(
         self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
         kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
@@ -178,6 +187,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
       chunks = self._preconditioned_head(features)
     else:
       chunks = base.apply_rowwise(self.output_head, features)  # [(S,) C, k]
+    if self.head_multiplier != 1.0:
+      chunks = chunks * tf.constant(self.head_multiplier, chunks.dtype)
     lead = tf.shape(chunks)[:-2]
     flat = tf.reshape(chunks, tf.concat([lead, [-1]], 0))[..., : self.num_generated]
     return flat * self._gain + self._mean
