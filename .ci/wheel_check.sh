@@ -69,8 +69,13 @@ if ! "$venv/bin/python" -c "" 2>/dev/null; then
   python -m venv "$venv"
 fi
 vpip=("$venv/bin/python" -m pip --disable-pip-version-check)
-if ! { "${vpip[@]}" uninstall -y hypernet && "${vpip[@]}" install "$wheel"; } \
-    > "$venv/pip-install.log" 2>&1; then
+# The wheel itself is forced into the venv first: a --fresh venv also sees the running
+# Python's packages, where .ci/run's own `pip install -e` may be replacing hypernet at this
+# moment (one CI run imported the checkout's editable hypernet here, not the wheel). Then
+# pip resolves the wheel's requirements.
+if ! { "${vpip[@]}" uninstall -y hypernet && \
+       "${vpip[@]}" install --force-reinstall --no-deps "$wheel" && \
+       "${vpip[@]}" install "$wheel"; } > "$venv/pip-install.log" 2>&1; then
   tail -n 40 "$venv/pip-install.log"; fail "pip could not install $wheel into $venv (log above)."
 fi
 phase "installed it into $venv"
