@@ -109,13 +109,23 @@ def test_gradients_match_float64_finite_differences(emb_multiplier, head_multipl
   assert checked >= 9  # 3 per variable: embeddings, (generator,) head kernel and bias
 
 
+def _one_adam_step(hnet, variables):
+  """One Adam step (epsilon 1e-12: +-lr per coordinate) on ``variables`` of ``hnet`` for a
+  cross-entropy loss of the generated target on 6 fixed 8x8 images."""
+  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1])
+  y = tf.constant([0, 1, 2, 3, 4, 5])
+  with tf.GradientTape() as tape:
+    logits = functional.functional_call(_target(), hnet(), x)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+  keras.optimizers.Adam(1e-3, epsilon=1e-12).apply_gradients(
+      zip(tape.gradient(loss, variables), variables))
+
+
 def test_emb_multiplier_same_function_m_times_faster_adam_step():
   """The multiplier changes neither the initial embeddings the generator sees nor the
   generated weights, and the first Adam step moves the effective embeddings m times as far
   (Adam's first step is lr * g / (|g| + eps), i.e. +-lr for each stored coordinate)."""
   spec = functional.weight_spec(_target(), "conv*/*,dense*/*,head/*")
-  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1])
-  y = tf.constant([0, 1, 2, 3, 4, 5])
   moved = {}
   for m in (1.0, 10.0):
     hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,), seed=3,
@@ -128,12 +138,7 @@ def test_emb_multiplier_same_function_m_times_faster_adam_step():
       np.testing.assert_allclose(e0, first_e0, rtol=1e-6)
       for p, w in hnet().items():
         np.testing.assert_allclose(w.numpy(), first_w[p].numpy(), rtol=1e-5, atol=1e-6)
-    opt = keras.optimizers.Adam(1e-3, epsilon=1e-12)
-    with tf.GradientTape() as tape:
-      logits = functional.functional_call(_target(), hnet(), x)
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-    grads = tape.gradient(loss, hnet.trainable_variables)
-    opt.apply_gradients(zip(grads, hnet.trainable_variables))
+    _one_adam_step(hnet, hnet.trainable_variables)
     moved[m] = np.abs(hnet.embeddings.numpy() - e0)
   np.testing.assert_allclose(moved[1.0], 1e-3, rtol=1e-3)
   np.testing.assert_allclose(moved[10.0], 1e-2, rtol=1e-3)
@@ -144,8 +149,6 @@ def test_head_multiplier_same_weights_m_times_faster_adam_step_through_the_head(
   weights at init, and one Adam step on the head (each stored coordinate moves +-lr, the
   gradient's signs being those of m = 1) changes every generated weight m times as much."""
   spec = functional.weight_spec(_target(), "conv*/*,dense*/*,head/*")
-  x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1])
-  y = tf.constant([0, 1, 2, 3, 4, 5])
   moved = {}
   for m in (1.0, 10.0):
     hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=(8,), seed=3,
@@ -157,12 +160,7 @@ def test_head_multiplier_same_weights_m_times_faster_adam_step_through_the_head(
       np.testing.assert_allclose(hnet.output_head.kernel.numpy() * m, kernel, rtol=1e-6)
       for p, w in w0.items():
         np.testing.assert_allclose(w, first_w[p], rtol=1e-5, atol=1e-6)
-    head = [hnet.output_head.kernel, hnet.output_head.bias]
-    opt = keras.optimizers.Adam(1e-3, epsilon=1e-12)
-    with tf.GradientTape() as tape:
-      logits = functional.functional_call(_target(), hnet(), x)
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-    opt.apply_gradients(zip(tape.gradient(loss, head), head))
+    _one_adam_step(hnet, [hnet.output_head.kernel, hnet.output_head.bias])
     moved[m] = np.concatenate([(w.numpy() - w0[p]).ravel() for p, w in hnet().items()])
   assert np.abs(moved[1.0]).max() > 1e-5
   np.testing.assert_allclose(moved[10.0], 10.0 * moved[1.0], rtol=2e-3, atol=1e-8)
