@@ -1,6 +1,6 @@
 """Baseline for permuted_mnist_hnet.py in the same loop and setting (target
-784-1000-1000, 5,000 steps per task, batch 128, Adam 1e-4 decayed per task): method
-"ewc" (see hypernet/tasks/continual_learning.py).
+784-1000-1000, 5,000 steps per task, batch 128, Adam at its lr decayed by a cosine over
+each task): method "ewc" (see hypernet/tasks/continual_learning.py).
 
     python -m hypernet.train --config=configs/permuted_mnist_ewc.py \
         --workdir=/tmp/hypernet/permuted_mnist_ewc --config.data.data_dir=../shared/data/mnist

@@ -1,6 +1,6 @@
 """Baseline for permuted_mnist_hnet.py in the same loop and setting (target
-784-1000-1000, 5,000 steps per task, batch 128, Adam 1e-4 decayed per task): method
-"finetune" (see hypernet/tasks/continual_learning.py).
+784-1000-1000, 5,000 steps per task, batch 128, Adam at its lr decayed by a cosine over
+each task): method "finetune" (see hypernet/tasks/continual_learning.py).
 
     python -m hypernet.train --config=configs/permuted_mnist_finetune.py \
         --workdir=/tmp/hypernet/permuted_mnist_finetune --config.data.data_dir=../shared/data/mnist
