@@ -343,9 +343,9 @@ def _check_augment(config) -> None:
     if not _finite(value) or not 0 <= value < top:
       raise ConfigError(f"config.data.{name} must be a number in [0, {top:g}) (0: none), "
                         f"got {value!r}.")
-    if value and config.task != "few_shot":
-      raise ConfigError(f"config.data.{name}={value!r} distorts few-shot episodes only "
-                        f"(config.task='few_shot'); set it to 0 for task {config.task!r}.")
+    if value and config.task == "sinusoid":
+      raise ConfigError(f"config.data.{name}={value!r} distorts images, and task "
+                        "'sinusoid' has none; set it to 0.")
 
 
 # Learners that write the head per task from the support set's class prototypes
@@ -736,8 +736,6 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return name in DATASETS.declared().get(config.data.name, ())
     if name in ("tfds_train_split", "tfds_test_split"):
       return str(config.data.name).startswith("tfds:")
-    if name in ("augment_rotation", "augment_scale", "augment_shear"):
-      return config.task == "few_shot"
     # Augmentation: the classification pipeline and few-shot meta-training episodes.
     return name == "name" or not meta or (config.task == "few_shot"
                                           and name.startswith("augment_"))
@@ -991,9 +989,9 @@ def _data_and_model_defaults(c) -> None:
   c.data.update(DATASETS.declared_defaults())
   c.data.augment_shift = 0     # random translation by up to this many pixels
   c.data.augment_flip = False  # random left-right flips
-  # Few-shot meta-training episodes also: each drawing's own random affine map (Koch et
-  # al. 2015 Sec. 4.3: 10 degrees, scale 0.2, shear 0.3), then the shift and the flip.
-  c.data.augment_rotation = 0.0  # largest rotation in degrees (few-shot only)
+  # Each training image's (few-shot: each drawing's) own random affine map (Koch et al.
+  # 2015 Sec. 4.3: 10 degrees, scale 0.2, shear 0.3), then the shift and the flip.
+  c.data.augment_rotation = 0.0  # largest rotation in degrees
   c.data.augment_scale = 0.0   # largest relative scale change per axis, in [0, 1)
   c.data.augment_shear = 0.0   # largest shear factor
   # Plug-ins: data.name "tfds:NAME" (TensorFlow Datasets, from data_dir) or

@@ -212,7 +212,7 @@ _NAN, _INF = float("nan"), float("inf")
     ("digits_hyper", "seed", -1),
     ("digits_hyper", "seed", 2 ** 32),
     ("digits_hyper", "data.augment_shift", -1),
-    ("digits_hyper", "data.augment_rotation", 10.0),   # Few-shot episodes only.
+    ("digits_hyper", "data.augment_rotation", 180.0),
     ("omniglot_support_hypernet", "data.augment_rotation", -1.0),
     ("omniglot_support_hypernet", "data.augment_rotation", 180.0),
     ("omniglot_support_hypernet", "data.augment_scale", 1.0),
@@ -287,6 +287,8 @@ def test_a_kinds_out_of_range_field_is_named_by_its_constructor(name, field, val
     ("sinusoid_maml", "meta.num_ways", 0),             # Sinusoids have no classes.
     ("omniglot_support_hypernet", "data.augment_shear", 0.3),  # Koch et al.'s sizes.
     ("omniglot_support_hypernet", "data.augment_rotation", 10.0),
+    ("digits_hyper", "data.augment_rotation", 10.0),   # Classification images too.
+    ("split_mnist_hnet", "data.augment_scale", 0.1),
 ])
 def test_edge_values_that_are_valid(name, field, value):
   c = _load(name)

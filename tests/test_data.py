@@ -90,6 +90,36 @@ def test_replica_slices_compose_the_global_batch():
     pipeline.train_dataset(data, 5, 1, input_context=_Ctx(2, 1, 0))
 
 
+def test_training_images_get_their_own_affine_map_whatever_the_replica_split():
+  """data.augment_rotation / scale / shear on classification batches: each image is
+  random_affine's map of itself (rows of one draw for the global batch), a replica's
+  slice equals its rows of the one-pipeline batch, and the shifts do not change."""
+  rng = np.random.default_rng(0)
+  x = (rng.random((12, 9, 9, 1)) * 16).astype(np.uint8)
+  data = ImageClassificationData("toy", x, np.arange(12, dtype=np.int32) % 3, x[:3],
+                                 np.zeros(3, np.int32), 3, pixel_scale=1 / 16)
+  kw = dict(augment_rotation=20.0, augment_scale=0.2, augment_shear=0.3)
+  plain = [b["image"].numpy() for b in pipeline.train_dataset(data, 4, 1, num_steps=3)]
+  full = [b for b in pipeline.train_dataset(data, 4, 1, num_steps=3, **kw)]
+  for step, (a, b) in enumerate(zip(plain, full)):
+    assert not np.allclose(a, b["image"].numpy())
+    seed = tf.constant([1 + 1_000_003 + 2, step + 2], tf.int64)
+    want = pipeline.random_affine(tf.constant(a), seed, rotation=20.0, scale=0.2, shear=0.3)
+    np.testing.assert_allclose(b["image"].numpy(), want.numpy(), atol=1e-6)
+  for ctx in (_Ctx(2, 1, 0), _Ctx(2, 2, 0)):
+    part = [b["image"].numpy() for b in pipeline.train_dataset(
+        data, 4, 1, num_steps=3, input_context=ctx, **kw)]
+    if ctx.num_input_pipelines == 1:
+      part = [part[2 * s] for s in range(3)]
+    for s in range(3):
+      np.testing.assert_array_equal(part[s], full[s]["image"].numpy()[:2])
+  shifted = [b["image"].numpy() for b in pipeline.train_dataset(
+      data, 4, 1, num_steps=3, augment_shift=1)]
+  both = [b["image"].numpy() for b in pipeline.train_dataset(
+      data, 4, 1, num_steps=3, augment_shift=1, augment_rotation=0.0)]
+  np.testing.assert_array_equal(np.stack(shifted), np.stack(both))
+
+
 def test_eval_pass_pads_with_zero_weight():
   data = _toy(10)
   batches = list(pipeline.eval_dataset(data, 2, "test"))

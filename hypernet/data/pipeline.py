@@ -107,7 +107,8 @@ def affine_transforms(seed: tf.Tensor, num: tf.Tensor, height: int, width: int, 
 
 
 def random_affine(images: tf.Tensor, seed: tf.Tensor, *, rotation: float = 0.0,
-                  scale: float = 0.0, shear: float = 0.0) -> tf.Tensor:
+                  scale: float = 0.0, shear: float = 0.0, first: int = 0,
+                  total=None) -> tf.Tensor:
   """Distorts each image by its own random affine map (:func:`affine_transforms`),
   bilinear, vacated pixels 0. Stateless (``seed`` int64 [2]); all three 0 returns
   ``images``.
@@ -115,6 +116,8 @@ def random_affine(images: tf.Tensor, seed: tf.Tensor, *, rotation: float = 0.0,
   Args:
     images: ``[B, H, W, C]`` float32.
     seed, rotation, scale, shear: see :func:`affine_transforms`.
+    first, total: as in :func:`random_shift` (the maps are drawn for all ``total``
+      images and rows ``first .. first + B - 1`` kept).
 
   Returns:
     ``[B, H, W, C]`` float32.
@@ -123,8 +126,9 @@ def random_affine(images: tf.Tensor, seed: tf.Tensor, *, rotation: float = 0.0,
     return images
   import keras  # pylint: disable=g-import-not-at-top
   h, w = images.shape[1], images.shape[2]
-  rows = affine_transforms(seed, tf.shape(images)[0], h, w, rotation=rotation,
-                           scale=scale, shear=shear)
+  rows = _rows(lambda n: affine_transforms(seed, n[0], h, w, rotation=rotation, scale=scale,
+                                           shear=shear),
+              tf.shape(images)[0], first, total)
   return keras.ops.image.affine_transform(images, rows, interpolation="bilinear",
                                           fill_mode="constant", fill_value=0,
                                           data_format="channels_last")
@@ -141,7 +145,9 @@ def random_flip(images: tf.Tensor, seed: tf.Tensor, first: int = 0, total=None) 
 def train_dataset(data: ImageClassificationData, global_batch_size: int, seed: int,
                   start_step: int = 0, num_steps: Optional[int] = None,
                   input_context: Optional[tf.distribute.InputContext] = None,
-                  augment_shift: int = 0, augment_flip: bool = False) -> tf.data.Dataset:
+                  augment_shift: int = 0, augment_flip: bool = False,
+                  augment_rotation: float = 0.0, augment_scale: float = 0.0,
+                  augment_shear: float = 0.0) -> tf.data.Dataset:
   """Shuffled training batches ``{"image": float32 [b, H, W, C] in [0, 1], "label": int32 [b]}``.
 
   Args:
@@ -152,6 +158,9 @@ def train_dataset(data: ImageClassificationData, global_batch_size: int, seed: i
     num_steps: number of batches (``None``: endless).
     augment_shift: random translation of up to this many pixels (0: none).
     augment_flip: random left-right flips.
+    augment_rotation, augment_scale, augment_shear: each image's own random affine map
+      (:func:`random_affine`; Koch et al. 2015 Sec. 4.3), drawn before the shift and
+      the flip; all 0 (the default): none.
     input_context: from ``strategy.distribute_datasets_from_function``; each input
       pipeline then yields its contiguous slice of each global batch.
 
@@ -186,6 +195,9 @@ def train_dataset(data: ImageClassificationData, global_batch_size: int, seed: i
     # that it does not depend on the number of replicas.
     step, first = k // local, tf.cast((first_slot + k % local) * batch, tf.int32)
     aug_seed = tf.stack([tf.constant(seed, tf.int64) + 1_000_003, step])
+    # Its own stream (aug_seed + 2): adding it leaves the shifts and flips as they were.
+    x = random_affine(x, aug_seed + 2, rotation=augment_rotation, scale=augment_scale,
+                      shear=augment_shear, first=first, total=global_batch_size)
     x = random_shift(x, augment_shift, aug_seed, first, global_batch_size)
     if augment_flip:
       x = random_flip(x, aug_seed + 1, first, global_batch_size)

@@ -56,7 +56,10 @@ class ClassificationTask(Task):
     return pipeline.train_dataset(self.data, global_batch_size, seed, start_step,
                                   input_context=input_context,
                                   augment_shift=self.config.data.augment_shift,
-                                  augment_flip=self.config.data.augment_flip)
+                                  augment_flip=self.config.data.augment_flip,
+                                  augment_rotation=self.config.data.augment_rotation,
+                                  augment_scale=self.config.data.augment_scale,
+                                  augment_shear=self.config.data.augment_shear)
 
   def eval_dataset(self, global_batch_size, input_context=None):
     return pipeline.eval_dataset(self.data, global_batch_size, "test", input_context)

@@ -209,7 +209,10 @@ class ContinualTask(protocol.Task):
       ds = pipeline.train_dataset(data, global_batch_size, seed + 1000 * t, first,
                                   num_steps=spt - first, input_context=input_context,
                                   augment_shift=self.config.data.augment_shift,
-                                  augment_flip=self.config.data.augment_flip)
+                                  augment_flip=self.config.data.augment_flip,
+                                  augment_rotation=self.config.data.augment_rotation,
+                                  augment_scale=self.config.data.augment_scale,
+                                  augment_shear=self.config.data.augment_shear)
       local = pipeline._replica_layout(global_batch_size, input_context)[1]  # pylint: disable=protected-access
       ds = ds.enumerate().map(tf.autograph.experimental.do_not_convert(
           lambda k, b, t=t, s0=lo + first, n=local: dict(
