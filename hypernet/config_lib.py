@@ -341,8 +341,8 @@ def _check_augment(config) -> None:
                     ("augment_shear", float("inf"))):
     value = d.get(name, 0.0)
     if not _finite(value) or not 0 <= value < top:
-      raise ConfigError(f"config.data.{name} must be a number in [0, {top:g}) (0: none), "
-                        f"got {value!r}.")
+      bound = "a finite number >= 0" if top == float("inf") else f"a number in [0, {top:g})"
+      raise ConfigError(f"config.data.{name} must be {bound} (0: none), got {value!r}.")
     if value and config.task == "sinusoid":
       raise ConfigError(f"config.data.{name}={value!r} distorts images, and task "
                         "'sinusoid' has none; set it to 0.")
