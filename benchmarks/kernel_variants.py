@@ -73,9 +73,8 @@ def main() -> None:
     if name == "zen4" and not _knows(compiler, arch):
       arch = "-march=znver3 " + ZEN4_ISA  # g++ < 12.3: Zen 4's instruction sets.
     with tempfile.TemporaryDirectory() as tmp:
-      cmd = norm_relu_pool.compile_command(os.path.join(tmp, "k.o"), arch.split())
-      cmd = [c for c in cmd[:cmd.index("-o") + 2] if c != "-shared"] + [
-          "-c", "-fopt-info-vec-optimized"]  # An object file: no link flags.
+      cmd = norm_relu_pool.compile_command(os.path.join(tmp, "k.o"), arch.split(),
+                                           vectorizer_report=True)
       t0 = time.perf_counter()
       done = subprocess.run(cmd, capture_output=True, text=True, check=False)
       seconds = time.perf_counter() - t0

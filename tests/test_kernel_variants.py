@@ -120,9 +120,8 @@ def _vectorised_loops(arch: str, tmp_path) -> set:
   """Source lines of the kernel's loops that g++ vectorises for ``arch`` (compiled to an
   object file with ``-fopt-info-vec-optimized``; no CPU support needed)."""
   import re  # pylint: disable=g-import-not-at-top
-  cmd = norm_relu_pool.compile_command(str(tmp_path / "k.o"), arch.split())
-  cmd = [c for c in cmd[:cmd.index("-o") + 2] if c != "-shared"] + [
-      "-c", "-fopt-info-vec-optimized"]
+  cmd = norm_relu_pool.compile_command(str(tmp_path / "k.o"), arch.split(),
+                                       vectorizer_report=True)
   done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   return {int(m.group(1)) for line in done.stderr.splitlines()

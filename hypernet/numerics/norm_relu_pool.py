@@ -102,10 +102,14 @@ def _compiler() -> Optional[str]:
   return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
 
-def compile_command(output: str, arch: Optional[Sequence[str]] = None) -> list:
+def compile_command(output: str, arch: Optional[Sequence[str]] = None,
+                    vectorizer_report: bool = False) -> list:
   """The compiler command line that builds the kernel into ``output`` for the target
   options ``arch`` (default :func:`arch_flags`), without the fallbacks: for
   ``benchmarks/kernel_variants.py``, which compiles variants this CPU may not run.
+  ``vectorizer_report``: an object file (no link) whose compiler writes each loop it
+  vectorised to stderr (``-fopt-info-vec-optimized``: ``norm_relu_pool.cc:LINE:COL:
+  optimized: loop vectorized using N byte vectors``).
 
   Raises:
     RuntimeError: no C++ compiler (install g++, or set ``CXX``).
@@ -114,6 +118,9 @@ def compile_command(output: str, arch: Optional[Sequence[str]] = None) -> list:
   if not compiler:
     raise RuntimeError("no C++ compiler found (install g++, or set CXX)")
   flags = _BASE_FLAGS[:4] + list(arch if arch is not None else arch_flags()) + _BASE_FLAGS[4:]
+  if vectorizer_report:
+    return ([compiler] + [f for f in flags if f != "-shared"] + tf.sysconfig.get_compile_flags()
+            + [_SOURCE, "-o", output, "-c", "-fopt-info-vec-optimized"])
   return ([compiler] + flags + tf.sysconfig.get_compile_flags() + [_SOURCE, "-o", output]
           + tf.sysconfig.get_link_flags())
 
