@@ -82,6 +82,8 @@ CHOICES = {
     "data.name": DATASETS.declared_names() + ("omniglot",),
     "model.name": ("cnn", "mobilenet_v2", "conv4"),
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
+    # The generator's hidden units (hypernet/hypernetworks/base.py, ACTIVATIONS).
+    "hypernet.activation": ("relu", "elu", "gelu", "silu", "tanh", "leaky_relu"),
     "optim.name": ("adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine", "step"),
     "meta.learner": LEARNERS.declared_names(),

@@ -165,6 +165,7 @@ def test_choices_agree_with_the_modules_that_use_them():
   assert config_lib.CHOICES["meta.bn_mode"] == meta_learning.BN_MODES
   assert config_lib.CHOICES["hypernet.kind"] == ("none",) + base.KINDS.names()
   assert config_lib.CHOICES["meta.body_hypernet"] == ("none",) + base.KINDS.names()
+  assert config_lib.CHOICES["hypernet.activation"] == base.ACTIVATIONS
   assert config_lib.CHOICES["distribution"] == distribute.KINDS
   assert config_lib.CHOICES["dtype_policy"] == distribute.DTYPE_POLICIES
   from hypernet.tasks import continual_learning

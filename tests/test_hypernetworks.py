@@ -139,6 +139,31 @@ def test_chunked_condition_per_chunk_shifts_each_chunk_by_its_own_row():
     ChunkedHypernetwork(spec, chunk_size=20, condition_per_chunk=True)
 
 
+@pytest.mark.parametrize("kind", ["chunked", "mlp"])
+def test_the_generators_activation_is_the_one_asked_for(kind):
+  """activation="elu" (von Oswald et al. 2020's generator): the generated weights equal
+  NumPy's ELU MLP through the same kernels, centred head and gain; the ReLU default
+  differs from it; an unknown name is one ValueError naming the choices."""
+  spec = {"a/kernel": tf.TensorSpec((10, 7), tf.float64), "a/bias": tf.TensorSpec((7,), tf.float64)}
+  kw = (dict(chunk_size=20, chunk_emb_dim=3) if kind == "chunked" else dict(embedding_dim=3))
+  cls = ChunkedHypernetwork if kind == "chunked" else MLPHypernetwork
+  h = cls(spec, hidden=(5, 4), activation="elu", dtype="float64", seed=3, **kw)
+  relu = cls(spec, hidden=(5, 4), dtype="float64", seed=3, **kw)
+  elu = lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0)))
+  mlp = h.generator if kind == "chunked" else h.trunk
+  x = h.embeddings.numpy() if kind == "chunked" else h.embedding.numpy()[None]
+  for layer in mlp.layers:
+    x = elu(x @ layer.kernel.numpy() + layer.bias.numpy())
+  head = h.output_head if kind == "chunked" else h.head
+  flat = (x @ head.kernel.numpy() + head.bias.numpy()).reshape(-1)[:77]
+  ours = np.concatenate([h()[p].numpy().reshape(-1) for p in spec])
+  np.testing.assert_allclose(ours, flat * h._gain.numpy() + h._mean.numpy(), rtol=1e-10)  # pylint: disable=protected-access
+  other = np.concatenate([relu()[p].numpy().reshape(-1) for p in spec])
+  assert not np.allclose(ours, other)
+  with pytest.raises(ValueError, match=r"activation 'softplus' is unknown; choose one of"):
+    cls(spec, hidden=(5,), activation="softplus", **kw)
+
+
 # ----------------------------------------------------------------------------------------
 # Hyperfan init: generated variance equals the intended He / Glorot variance.
 # ----------------------------------------------------------------------------------------

@@ -227,19 +227,38 @@ class Hypernetwork(keras.Model):
     return self.num_generated / max(self.parameter_count(), 1)
 
 
+ACTIVATIONS = ("relu", "elu", "gelu", "silu", "tanh", "leaky_relu")
+
+
+def check_activation(activation: str) -> str:
+  """Returns ``activation`` if it names one of :data:`ACTIVATIONS` (the generator's hidden
+  units); raises ``ValueError`` naming the argument and the choices otherwise."""
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"activation {activation!r} is unknown; choose one of {ACTIVATIONS} "
+                     "(the hidden units of the hypernetwork's MLP).")
+  return activation
+
+
 def mlp(in_width: int, hidden: Sequence[int], *, seed: int, dtype, name: str,
-        layer_prefix: str) -> Optional[keras.Sequential]:
-  """ReLU MLP ``in_width -> hidden[0] -> ... -> hidden[-1]`` (He-normal kernels, layer
-  ``i`` seeded ``seed + i``, named ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential``
-  attribute-to-be: ``tf.train.Checkpoint`` tracks a Sequential, not a Python list of
-  layers. ``None`` for no hidden layers. Call it on ``[n, in_width]`` (see
-  :func:`apply_rowwise` for more leading axes)."""
+        layer_prefix: str, activation: str = "relu") -> Optional[keras.Sequential]:
+  """MLP ``in_width -> hidden[0] -> ... -> hidden[-1]`` with ``activation`` (one of
+  :data:`ACTIVATIONS`, Keras' functions of those names; von Oswald et al. 2020 use ELU)
+  after every layer (He-normal kernels, layer ``i`` seeded ``seed + i``, named
+  ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential`` attribute-to-be:
+  ``tf.train.Checkpoint`` tracks a Sequential, not a Python list of layers. ``None`` for
+  no hidden layers. Call it on ``[n, in_width]`` (see :func:`apply_rowwise` for more
+  leading axes).
+
+  Raises:
+    ValueError: an unknown ``activation``.
+  """
+  check_activation(activation)
   if not hidden:
     return None
   policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
   return keras.Sequential(
       [keras.Input((int(in_width),), dtype=policy.variable_dtype)] +
-      [keras.layers.Dense(int(h), activation="relu", name=f"{layer_prefix}{i + 1}",
+      [keras.layers.Dense(int(h), activation=activation, name=f"{layer_prefix}{i + 1}",
                           kernel_initializer=keras.initializers.HeNormal(seed=seed + i),
                           dtype=policy)
        for i, h in enumerate(hidden)], name=name)

@@ -27,9 +27,12 @@ class ChunkedHypernetwork(base.Hypernetwork):
       deviation, every other tensor mean 0 and std 0.05.
     chunk_size: scalars generated per chunk (the output width of the generator).
     chunk_emb_dim: dimension ``d_e`` of each chunk embedding.
-    hidden: widths of the generator MLP's hidden layers (ReLU); the last is ``d_h``.
+    hidden: widths of the generator MLP's hidden layers; the last is ``d_h``.
       ``()``: a linear generator, ``chunk_c = W_out e_c + b_out`` (``d_h = d_e``;
       docs/hypernetworks.md, "Linear generator"); unconditional only.
+    activation: the hidden units' nonlinearity, one of
+      :data:`hypernet.hypernetworks.base.ACTIVATIONS` (``"relu"``; von Oswald et al. 2020
+      use ``"elu"``, which has no dead units in a narrow generator).
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     center: centre the generator's features at init (``b_out = -W_out . mean(h)``, see
       below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
@@ -64,15 +67,16 @@ class ChunkedHypernetwork(base.Hypernetwork):
 
   Raises:
     ValueError: empty ``target_spec``, non-positive sizes, ``emb_multiplier`` or
-      ``head_multiplier``, negative ``head_precondition``, an unknown ``init``,
+      ``head_multiplier``, negative ``head_precondition``, an unknown ``init`` or
+      ``activation``,
       ``hidden=()`` with conditions, or ``condition_per_chunk`` without a condition.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                chunk_size: int = 1024, chunk_emb_dim: int = 32,
-               hidden: Sequence[int] = (64,), init: str = "hyperfan_in",
-               center: bool = True, emb_multiplier: float = 1.0,
+               hidden: Sequence[int] = (64,), activation: str = "relu",
+               init: str = "hyperfan_in", center: bool = True, emb_multiplier: float = 1.0,
                head_multiplier: float = 1.0, head_precondition: float = 0.0, num_conditions: int = 0,
                condition_dim: int = 0, condition_per_chunk: bool = False, seed: int = 0,
                dtype=None, name: str = "hypernetwork"):
@@ -125,8 +129,10 @@ class ChunkedHypernetwork(base.Hypernetwork):
     # A Sequential attribute (not a Python list) so tf.train.Checkpoint tracks it.
     in_width = int(chunk_emb_dim) + (self.chunk_condition_dim if self.condition_per_chunk
                                      else self.condition_dim)
+    self.activation = base.check_activation(activation)
     self.generator = base.mlp(in_width, hidden, seed=seed + 1, dtype=self.dtype_policy,
-                              name=f"{name}_generator", layer_prefix=f"{name}_hidden")
+                              name=f"{name}_generator", layer_prefix=f"{name}_hidden",
+                              activation=activation)
     width = int(hidden[-1]) if hidden else in_width
     embeddings = self.embeddings.numpy().astype(np.float64)
     conditions = self.init_conditions(seed=seed)
@@ -136,7 +142,7 @@ class ChunkedHypernetwork(base.Hypernetwork):
                                rows], -1).reshape(-1, embeddings.shape[1] + rows.shape[-1])
     else:
       inputs = base.condition_grid(embeddings, conditions)
-    # The ReLU features h_c have a non-zero mean mu over the chunks, and W_out . mu would be
+    # The features h_c (ReLU, ELU, ...) have a non-zero mean mu over the chunks, and W_out . mu would be
     # the same pattern in every chunk: weights chunk_size apart would be correlated and a
     # unit summing them would grow with its fan-in (initial digits loss ~45 nats with
     # chunk_size 128). So the output sees centred features: b_out = -W_out . mu at init,

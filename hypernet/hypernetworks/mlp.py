@@ -23,8 +23,10 @@ class MLPHypernetwork(base.Hypernetwork):
       non-kernel tensors); ``None``: zeros.
     embedding_dim: size of the learned input embedding ``z`` (0 allowed only when
       conditional: the condition is then the whole input).
-    hidden: widths of the trunk's hidden layers (ReLU); ``()`` feeds ``[z ; c]`` to the
-      heads directly.
+    hidden: widths of the trunk's hidden layers; ``()`` feeds ``[z ; c]`` to the heads
+      directly.
+    activation: the hidden units' nonlinearity, one of
+      :data:`hypernet.hypernetworks.base.ACTIVATIONS` (``"relu"``).
     init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
     num_conditions: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
     condition_dim: see :class:`hypernet.hypernetworks.base.Hypernetwork`.
@@ -37,13 +39,13 @@ class MLPHypernetwork(base.Hypernetwork):
   shapes (``[S, *shape]`` for a batch of conditions).
 
   Raises:
-    ValueError: non-positive sizes, no input at all, an unknown ``init``.
+    ValueError: non-positive sizes, no input at all, an unknown ``init`` or ``activation``.
   """
 
   def __init__(self, target_spec: Mapping[str, tf.TensorSpec], *,
                target_values: Optional[Mapping[str, np.ndarray]] = None,
                embedding_dim: int = 8, hidden: Sequence[int] = (32,),
-               init: str = "hyperfan_in", num_conditions: int = 0, condition_dim: int = 0,
+               activation: str = "relu", init: str = "hyperfan_in", num_conditions: int = 0, condition_dim: int = 0,
                seed: int = 0, dtype=None, name: str = "hypernetwork"):
     super().__init__(target_spec, num_conditions=num_conditions, condition_dim=condition_dim,
                      seed=seed, dtype=dtype, name=name)
@@ -62,8 +64,10 @@ class MLPHypernetwork(base.Hypernetwork):
           shape=(self.embedding_dim,), name="embedding",
           initializer=keras.initializers.RandomNormal(stddev=1.0, seed=seed))
     width = self.embedding_dim + self.condition_dim
+    self.activation = base.check_activation(activation)
     self.trunk = base.mlp(width, hidden, seed=seed + 1, dtype=self.dtype_policy,
-                          name=f"{name}_trunk", layer_prefix=f"{name}_hidden")
+                          name=f"{name}_trunk", layer_prefix=f"{name}_hidden",
+                          activation=activation)
     width = int(hidden[-1]) if hidden else width
     # E[h^2] of the trunk's initial features over every initial input.
     base_in = (self.embedding.numpy()[None].astype(np.float64) if self.embedding is not None
