@@ -13,7 +13,8 @@ generator and embeddings: 1,769,931 trainable parameters, fewer than one target
 (compression 1.015x, their ratio 0.985). What differs: 28x28 inputs (their zero padding
 adds 240 always-zero inputs, so 2,036,010 target weights, and their chunk of 78,000
 would make the hypernetwork larger than this 784-input target, hence 68,000); the
-generator's hidden units are ReLU (theirs ELU); each step regularises one past task
+generator's hidden units are ReLU (theirs ELU: ``hypernet.activation="elu"`` learned
+the first three tasks no better, 96.42% against 96.92%); each step regularises one past task
 drawn at random (``continual.past_tasks_per_step=1``, as hypercl's
 ``hnet_reg_batch_size`` for long sequences; theirs all past tasks at this length: ``0``);
 Adam's lr is 3e-3 (theirs 1e-4) with a cosine decay over each task (the optimiser
