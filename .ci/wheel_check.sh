@@ -55,7 +55,7 @@ python - "$wheel" <<'PY' || fail "the wheel lacks files (above)."
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = ["hypernet/__init__.py", "hypernet/train.py", "hypernet/configs/digits_hyper.py",
-        "hypernet/numerics/kernels/norm_relu_pool.cc"]
+        "hypernet/numerics/kernels/norm_relu_pool.cc", "hypernet/data/digits.npz"]
 missing = [n for n in need if n not in names]
 configs = sum(n.startswith("hypernet/configs/") for n in names)
 print(f"wheel check: {sys.argv[1].rsplit('/', 1)[-1]}: {len(names)} files, {configs} configs")

@@ -1,5 +1,5 @@
 """The default main job: a chunked hypernetwork generates every conv and dense weight of
-a small CNN, trained on scikit-learn's embedded 8x8 digits (no download), from 16,974
+a small CNN, trained on the embedded 8x8 digits (no download), from 16,974
 trainable parameters for 35,914 weights (compression 2.12x).
 
     python -m hypernet.train --config=configs/digits_hyper.py --workdir=/tmp/digits_hyper

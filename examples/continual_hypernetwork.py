@@ -1,7 +1,7 @@
 """Continual learning with a task-conditioned hypernetwork (von Oswald et al. 2020).
 
 Run: python examples/continual_hypernetwork.py [--steps_per_task=150] [--beta=0.05]
-Five tasks learned one after the other, each telling two classes of scikit-learn's 8x8
+Five tasks learned one after the other, each telling two classes of the 8x8
 digits apart (0/1, 2/3, ..., 8/9; real images, no download). A hypernetwork maps a
 learned task embedding to every weight of a small Keras MLP. While it learns task t,
 `hn.continual.output_regularizer` keeps the weights it generates for tasks < t where
@@ -13,16 +13,14 @@ import argparse
 import keras
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-
 import hypernet as hn
 
 NUM_TASKS = 5
 
 
 def main(steps_per_task: int = 150, beta: float = 0.05, seed: int = 0) -> dict:
-  x, y = load_digits(return_X_y=True)
-  x = (x / 16.0).astype("float32")                            # [1797, 64] in [0, 1]
+  x, y = hn.data.digits_arrays()                              # [1797, 8, 8] uint8, [1797]
+  x = (x.reshape(-1, 64) / 16.0).astype("float32")                            # [1797, 64] in [0, 1]
   perm = np.random.default_rng(seed).permutation(len(x))
   x, y = x[perm], y[perm]
   tasks = []                                                  # task t: digits 2t vs 2t+1

@@ -1,6 +1,6 @@
 """Generated low-rank adapters on a small Keras transformer.
 
-A transformer reads each 8x8 digit (scikit-learn's ``load_digits``) as a sequence of 8
+A transformer reads each 8x8 digit (``hn.data.digits_arrays()``, the digits hypernet ships) as a sequence of 8
 row tokens and is trained on the digits as they are. Three new tasks show the digits
 mirrored left-right, upside down and transposed. The base stays frozen; a hypernetwork
 generates rank-4 LoRA adapters (``W_0 + A @ B``) for every kernel from each task's
@@ -10,8 +10,6 @@ learned embedding, and the adapted model for one task is merged into a plain Ker
 """
 import keras
 import numpy as np
-from sklearn.datasets import load_digits
-
 import hypernet as hn
 
 TRANSFORMS = (lambda x: x, lambda x: x[:, :, ::-1], lambda x: x[:, ::-1, :],
@@ -32,8 +30,8 @@ def transformer(dim: int = 32) -> keras.Model:
 
 def main(epochs: int = 30, seed: int = 0) -> dict:
   keras.utils.set_random_seed(seed)
-  digits = load_digits()
-  x, y = (digits.images / 16.0).astype("float32"), digits.target.astype("int32")
+  images, y = hn.data.digits_arrays()
+  x = (images / 16.0).astype("float32")
   train, test = np.arange(len(x)) % 5 != 0, np.arange(len(x)) % 5 == 0
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

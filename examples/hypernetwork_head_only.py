@@ -2,7 +2,7 @@
 while the rest of the model (the convolutions) trains as ordinary variables.
 
 Run: python examples/hypernetwork_head_only.py [--steps=300]
-On scikit-learn's 8x8 digits (1,797 real images, no download). The two things a
+On the 8x8 digits hypernet ships (1,797 real images, no download). The two things a
 partial hypernetwork needs: the spec of the generated weights (``hn.weight_spec`` with
 patterns) and the model's other trainable variables, which the optimiser trains beside
 the hypernetwork's (``functional_call`` reads every weight you do not give it from the
@@ -13,13 +13,11 @@ import argparse
 import keras
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-
 import hypernet as hn
 
 
 def main(steps: int = 300, seed: int = 0) -> dict:
-  x, y = load_digits(return_X_y=True)
+  x, y = hn.data.digits_arrays()                              # [1797, 8, 8] uint8, [1797]
   x = (x.reshape(-1, 8, 8, 1) / 16.0).astype("float32")      # pixels 0..16 -> [0, 1]
   perm = np.random.default_rng(seed).permutation(len(x))     # 1,400 train, 397 test
   x_train, y_train = x[perm[:1400]], y[perm[:1400]]

@@ -1,7 +1,7 @@
 """MAML and ANIL on your own few-shot tasks, through `hn.meta`.
 
 Run: python examples/meta_learning_own_tasks.py [--steps=300] [--learner=maml|anil]
-Each task is a 5-way 1-shot classification of scikit-learn's 8x8 digits (real images, no
+Each task is a 5-way 1-shot classification of the 8x8 digits hypernet ships (real images, no
 download) with its own random choice and order of classes, so before adaptation the
 model is at chance (20%). Meta-training uses the train images, meta-testing new tasks
 drawn from held-out images.
@@ -11,8 +11,6 @@ import argparse
 import keras
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-
 import hypernet as hn
 
 WAYS, SHOTS, QUERIES = 5, 1, 5
@@ -35,8 +33,8 @@ def sample_tasks(x, y, num_tasks, rng):
 
 
 def main(steps: int = 300, learner: str = "maml", seed: int = 0) -> dict:
-  x, y = load_digits(return_X_y=True)
-  x = (x / 16.0).astype("float32")                            # [1797, 64] in [0, 1]
+  x, y = hn.data.digits_arrays()                              # [1797, 8, 8] uint8, [1797]
+  x = (x.reshape(-1, 64) / 16.0).astype("float32")                            # [1797, 64] in [0, 1]
   perm = np.random.default_rng(seed).permutation(len(x))
   train, test = perm[:1400], perm[1400:]
 

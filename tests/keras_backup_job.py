@@ -31,11 +31,9 @@ def _data(kind):
   """A finite dataset, the same batches in every epoch and every process (a resumed
   epoch sees the batches it would have seen)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from hypernet.data import episodes  # pylint: disable=g-import-not-at-top
-  from sklearn.datasets import load_digits  # pylint: disable=g-import-not-at-top
-  digits = load_digits()
-  x = (digits.images / 16.0).astype("float32")[..., None]
-  y = digits.target.astype("int32")
+  from hypernet.data import digits_arrays, episodes  # pylint: disable=g-import-not-at-top
+  images, y = digits_arrays()
+  x = (images / 16.0).astype("float32")[..., None]
   if kind == "hyper":
     n = GLOBAL_BATCH * STEPS
     data = tf.data.Dataset.from_tensor_slices((x[:n], y[:n])).batch(GLOBAL_BATCH)

@@ -11,6 +11,24 @@ from hypernet.data import digits, idx, pipeline
 from hypernet.data.base import ImageClassificationData
 
 
+def test_the_embedded_digits_are_scikit_learns_in_its_order():
+  """hypernet/data/digits.npz holds scikit-learn's ``load_digits()`` (1.9.1) as uint8:
+  its SHA-256 over images then labels, its class counts and two of its images (0 and
+  1796, scikit-learn's ``digits.images[i]``) as printed by scikit-learn."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  images, labels = digits.digits_arrays()
+  assert images.shape == (1797, 8, 8) and images.dtype == np.uint8
+  assert labels.shape == (1797,) and labels.dtype == np.int32
+  assert hashlib.sha256(images.tobytes() + labels.astype(np.uint8).tobytes()).hexdigest() == (
+      "87ff0c9e40dc7e2c0e34e7257799c2e3f3aec1a016363bb11cad869ec428a826")
+  np.testing.assert_array_equal(np.bincount(labels),
+                                [178, 182, 177, 183, 181, 182, 181, 179, 174, 180])
+  np.testing.assert_array_equal(images[0, 1], [0, 0, 13, 15, 10, 15, 5, 0])
+  assert labels[0] == 0 and labels[-1] == 8
+  images[0] = 99                                 # A copy: the next call is unchanged.
+  assert digits.digits_arrays()[0][0, 0, 0] == 0
+
+
 def test_digits_split_is_stratified_and_disjoint():
   d = digits.load_digits()
   assert len(d.x_train) + len(d.x_test) == 1797

@@ -21,8 +21,11 @@ def test_the_wheel_lists_every_package_and_ships_configs_as_hypernet_configs():
   assert sorted(setuptools["packages"]) == sorted(
       found + ["hypernet.configs", "hypernet.numerics.kernels"])
   assert setuptools["package-dir"] == {"hypernet.configs": "configs"}
-  assert setuptools["package-data"] == {"hypernet.numerics.kernels": ["*.cc"]}
+  assert setuptools["package-data"] == {"hypernet.numerics.kernels": ["*.cc"],
+                                        "hypernet.data": ["*.npz"]}
   assert glob.glob(str(REPO_ROOT / "hypernet" / "numerics" / "kernels" / "*.cc"))
+  assert glob.glob(str(REPO_ROOT / "hypernet" / "data" / "*.npz")) == [
+      str(REPO_ROOT / "hypernet" / "data" / "digits.npz")]
   assert not (REPO_ROOT / "hypernet" / "configs").exists()  # One copy: configs/.
 
 

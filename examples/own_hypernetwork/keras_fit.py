@@ -13,7 +13,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
 import hypernet as hn  # noqa: E402
 from lowrank_hypernet import LowRankHypernetwork  # noqa: E402
 
@@ -23,7 +22,7 @@ def main():
   parser.add_argument("--epochs", type=int, default=10)
   parser.add_argument("--out", default="/tmp/own_hypernetwork")
   args = parser.parse_args()
-  x, y = load_digits(return_X_y=True)
+  x, y = hn.data.digits_arrays()                              # [1797, 8, 8] uint8, [1797]
   x = (x.reshape(-1, 8, 8, 1) / 16.0).astype("float32")      # pixels 0..16 -> [0, 1]
   perm = np.random.default_rng(0).permutation(len(x))        # 1,400 train, 397 test
   x_train, y_train = x[perm[:1400]], y[perm[:1400]]

@@ -1,4 +1,5 @@
-"""A user's own module: a model factory and a data function, nothing from hypernet.
+"""A user's own module: a model factory and a data function in plain Keras and tf.data
+(hypernet only lends the example digits).
 
 The config (config.py) names them as "my_lab:make_model" and "my_lab:load_data"; the
 training command imports this module from the working directory (or PYTHONPATH).
@@ -6,6 +7,8 @@ training command imports this module from the working directory (or PYTHONPATH).
 import keras
 import numpy as np
 import tensorflow as tf
+
+import hypernet as hn
 
 
 def make_model(input_shape, num_classes):
@@ -24,13 +27,11 @@ def make_model(input_shape, num_classes):
 def load_data():
   """The user's own pipeline: (train, test) tf.data.Datasets of (image, label) examples.
 
-  Here scikit-learn's 8x8 digits (shipped with scikit-learn, no download), every third
+  Here the 8x8 digits hypernet ships (no download), every third
   image held out, images float32 in [0, 1].
   """
-  from sklearn import datasets  # pylint: disable=g-import-not-at-top
-  digits = datasets.load_digits()
-  x = (digits.images / 16.0).astype(np.float32)[..., None]
-  y = digits.target.astype(np.int32)
+  images, y = hn.data.digits_arrays()          # [1797, 8, 8] uint8 in 0..16, [1797] int32
+  x = (images / 16.0).astype(np.float32)[..., None]
   test = np.arange(len(x)) % 3 == 0
   return (tf.data.Dataset.from_tensor_slices((x[~test], y[~test])),
           tf.data.Dataset.from_tensor_slices((x[test], y[test])))

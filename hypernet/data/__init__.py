@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from hypernet.data.base import DATASETS, ImageClassificationData
-from hypernet.data.digits import load_digits
+from hypernet.data.digits import digits_arrays, load_digits
 
-__all__ = ["DATASETS", "ImageClassificationData", "load_classification", "load_digits"]
+__all__ = ["DATASETS", "ImageClassificationData", "digits_arrays", "load_classification",
+           "load_digits"]
 
 
 def load_classification(config) -> ImageClassificationData:

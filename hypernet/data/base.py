@@ -32,7 +32,7 @@ class ImageClassificationData:
     y_test: ``[M]`` int32.
     num_classes: number of classes.
     pixel_scale: multiply pixels by this to get float32 values in ``[0, 1]``
-      (e.g. 1/255 for uint8 IDX images, 1/16 for scikit-learn digits).
+      (e.g. 1/255 for uint8 IDX images, 1/16 for the digits).
   """
   name: str
   x_train: np.ndarray

@@ -1,14 +1,43 @@
-"""The embedded default data: scikit-learn's bundled handwritten digits (no download).
+"""The embedded default data: 1,797 handwritten digits shipped inside hypernet (no download).
 
-1,797 real 8x8 grey-level images of the digits 0-9 (pixel values 0..16), from the UCI
-"Optical Recognition of Handwritten Digits" set (Alpaydin & Kaynak 1998), shipped inside
-scikit-learn. Split into train/test once with a fixed, stratified permutation.
+Real 8x8 grey-level images of the digits 0-9 (pixel values 0..16): the test part of the
+UCI "Optical Recognition of Handwritten Digits" set (Alpaydin & Kaynak 1998, CC BY 4.0),
+the same images in the same order as scikit-learn's ``load_digits`` (``digits.npz``, 45
+KB, checked by tests/test_data.py). :func:`load_digits` splits them into train/test once
+with a fixed, stratified permutation; :func:`digits_arrays` gives all of them.
 """
 from __future__ import annotations
+
+import functools
+import os
+from typing import Tuple
 
 import numpy as np
 
 from hypernet.data.base import DATASETS, ImageClassificationData
+
+
+_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits.npz")
+
+
+@functools.lru_cache(maxsize=1)
+def _read() -> Tuple[np.ndarray, np.ndarray]:
+  with np.load(_FILE) as f:
+    images, labels = f["images"], f["labels"].astype(np.int32)
+  images.flags.writeable = labels.flags.writeable = False   # Shared by every call.
+  return images, labels
+
+
+def digits_arrays() -> Tuple[np.ndarray, np.ndarray]:
+  """All 1,797 digits, in scikit-learn's ``load_digits`` order (no download, no
+  scikit-learn).
+
+  Returns:
+    ``(images, labels)``: ``images`` ``[1797, 8, 8]`` uint8 in 0..16 (``/ 16`` for [0, 1]),
+    ``labels`` ``[1797]`` int32 in 0..9; fresh writable copies.
+  """
+  images, labels = _read()
+  return images.copy(), labels.copy()
 
 
 @DATASETS.register("digits", exclude=("split_seed",))   # Fixed: runs stay comparable.
@@ -28,10 +57,8 @@ def load_digits(test_fraction: float = 0.2, split_seed: int = 0) -> ImageClassif
   """
   if not 0.0 < test_fraction < 1.0:
     raise ValueError(f"data.test_fraction must be in (0, 1), got {test_fraction}.")
-  from sklearn import datasets  # Imported here: only this loader needs scikit-learn.
-  digits = datasets.load_digits()
-  images = digits.images.astype(np.uint8)[..., None]
-  labels = digits.target.astype(np.int32)
+  images, labels = _read()
+  images = images[..., None]
   rng = np.random.default_rng(split_seed)
   test_idx = []
   for c in range(10):
