@@ -142,7 +142,7 @@ def run_sweep(out: str, preset: str = "full", steps: int = None,
 def markdown_table(rows: Sequence[Mapping]) -> str:
   """The results as a markdown table (accuracy in %, mean +- std over seeds)."""
   seeds = len(rows[0]["seeds"]) if rows else 1
-  lines = [f"Digits (sklearn 8x8, 1,438 train / 359 test images), {rows[0]['steps']} steps, "
+  lines = [f"Digits (8x8, 1,438 train / 359 test images), {rows[0]['steps']} steps, "
            f"{seeds} seed(s); compression = target parameters / trainable parameters.", "",
            "| run | weight source | trainable params | target params | compression | "
            "test accuracy (%) | test loss | wall time (s) |",
