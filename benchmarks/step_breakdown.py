@@ -32,6 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
 import step_ratio  # noqa: E402  (its flags: --batch_size, --steps, --repeats, --jit)
+import timing  # noqa: E402
 from hypernet.tasks import classification  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -109,7 +110,8 @@ def main(_):
   chunked = _task()
   runs["chunked hypernetwork"] = step_ratio._loop(step_ratio._task_step(
       chunked, chunked.trainable_variables, _adam(chunked.trainable_variables)), batch)
-  results = step_ratio._interleaved(runs)
+  results = {k: (1 / wall, 1 / cpu, warm) for k, (wall, cpu, warm) in
+             timing.interleaved(runs, FLAGS.steps, FLAGS.repeats).items()}
 
   base = results["identity"][0]
   print(f"batch {FLAGS.batch_size}, {FLAGS.steps} steps/window, median of {FLAGS.repeats} "

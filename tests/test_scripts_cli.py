@@ -94,6 +94,41 @@ def test_benchmark_help_exits_0(script, expected, tmp_path):
   assert " ops " not in out.stdout and "vars" not in out.stdout  # Did not run.
 
 
+def test_each_benchmark_uses_only_what_its_sibling_modules_define():
+  """``module.name`` in a benchmark, where ``module`` is another file of benchmarks/
+  (``timing``, ``step_ratio``, ``torch_reference``, ...), names a top-level function,
+  class or assignment of that file: a helper moved or renamed in one script fails here,
+  not in the middle of a long run (step_breakdown.py once called a removed
+  ``step_ratio._interleaved``)."""
+  import ast  # pylint: disable=g-import-not-at-top
+  folder = os.path.join(REPO, "benchmarks")
+  scripts = {f[:-3]: os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")}
+  defined = {}
+  for name, path in scripts.items():
+    names = set()
+    for node in ast.parse(open(path).read()).body:
+      if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        names.add(node.name)
+      elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+          names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+      elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    defined[name] = names
+  missing, checked = [], 0
+  for name, path in scripts.items():
+    tree = ast.parse(open(path).read())
+    imported = {(a.asname or a.name) for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for a in node.names if a.name in scripts and a.name != name}
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+          and node.value.id in imported):
+        checked += 1
+        if node.attr not in defined[node.value.id]:
+          missing.append(f"{name}.py: {node.value.id}.{node.attr}")
+  assert checked > 20 and not missing, missing
+
+
 def test_trace_profile_without_arguments_prints_usage():
   out = _run([os.path.join(REPO, "benchmarks", "trace_profile.py")], timeout=60)
   assert out.returncode == 2
