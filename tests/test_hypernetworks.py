@@ -139,6 +139,39 @@ def test_chunked_condition_per_chunk_shifts_each_chunk_by_its_own_row():
     ChunkedHypernetwork(spec, chunk_size=20, condition_per_chunk=True)
 
 
+def test_chunked_generate_cuts_the_chunks_without_slicing_off_their_tail():
+  """generate() equals flat_weights() cut by split, values and gradients bitwise, for one
+  condition and a batch; its gradient graph has no StridedSliceGrad (the slice of the
+  C * k chunk scalars to P scatters its gradient into a full-size zero vector)."""
+  spec = {"a/kernel": tf.TensorSpec((10, 7), tf.float64), "a/bias": tf.TensorSpec((7,), tf.float64)}
+  h = ChunkedHypernetwork(spec, chunk_size=20, chunk_emb_dim=3, hidden=(5,), num_conditions=3,
+                          condition_dim=2, dtype="float64")
+  assert h.num_chunks * h.chunk_size - h.num_generated == 3
+  for condition in (tf.constant(1), tf.constant([0, 2])):
+    with tf.GradientTape(persistent=True) as tape:
+      got = h(condition)                                       # generate(), via Keras
+      want = h.split(h.flat_weights(condition=h.condition_vectors(condition)))
+      losses = [tf.add_n([tf.reduce_sum(tf.sin(w[p])) for p in spec]) for w in (got, want)]
+    for p in spec:
+      np.testing.assert_array_equal(got[p].numpy(), want[p].numpy())
+    grads = [tape.gradient(loss, h.trainable_variables)
+             for loss in losses]
+    assert all(g is not None for g in grads[0])   # Embeddings, conditions, generator, head.
+    for g1, g2 in zip(*grads):
+      assert (g1 is None) == (g2 is None)
+      if g1 is not None:
+        np.testing.assert_array_equal(tf.convert_to_tensor(g1).numpy(),
+                                      tf.convert_to_tensor(g2).numpy())
+
+  @tf.function
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.add_n([tf.reduce_sum(w) for w in h.generate(h.condition_vectors(1)).values()])
+    return tape.gradient(loss, h.trainable_variables)
+  ops = {op.type for op in step.get_concrete_function().graph.get_operations()}
+  assert "SplitV" in ops and "StridedSliceGrad" not in ops, sorted(ops)
+
+
 @pytest.mark.parametrize("kind", ["chunked", "mlp"])
 def test_the_generators_activation_is_the_one_asked_for(kind):
   """activation="elu" (von Oswald et al. 2020's generator): the generated weights equal

@@ -206,10 +206,14 @@ class Hypernetwork(keras.Model):
     raise NotImplementedError
 
   # -- helpers --------------------------------------------------------------------
-  def split(self, flat: tf.Tensor) -> Dict[str, tf.Tensor]:
-    """Cuts ``[..., P]`` into ``{path: [..., *shape]}`` (leading axes kept), cast to
-    the spec's dtypes."""
-    parts = tf.split(flat, self.sizes, axis=-1)
+  def split(self, flat: tf.Tensor, unused_tail: int = 0) -> Dict[str, tf.Tensor]:
+    """Cuts ``[..., P + unused_tail]`` into ``{path: [..., *shape]}`` (leading axes kept),
+    cast to the spec's dtypes; the last ``unused_tail`` scalars are dropped (their
+    gradient is zero)."""
+    if unused_tail:
+      parts = tf.split(flat, list(self.sizes) + [int(unused_tail)], axis=-1)[:-1]
+    else:
+      parts = tf.split(flat, self.sizes, axis=-1)
     lead = tf.shape(flat)[:-1]
     out = {}
     for p, t, s, d in zip(self.paths, parts, self.shapes, self.dtypes):
