@@ -195,6 +195,8 @@ def test_the_generators_activation_is_the_one_asked_for(kind):
   assert not np.allclose(ours, other)
   with pytest.raises(ValueError, match=r"activation 'softplus' is unknown; choose one of"):
     cls(spec, hidden=(5,), activation="softplus", **kw)
+  for name in base.ACTIVATIONS:                  # Each choice is a Keras activation here.
+    assert keras.activations.get(name).__name__ == name
 
 
 # ----------------------------------------------------------------------------------------
