@@ -65,15 +65,17 @@ _SET = flags.DEFINE_multi_string(
     + ", ".join(EVAL_FIELDS) + ".")
 
 
-def load_config(workdir: str):
-  """The config a workdir was trained with (``workdir/config.json``), validated.
+def load_config(workdir: str, step=None):
+  """The config that trained a workdir's checkpoint ``step`` (``workdir/config.json``, or
+  the ``config_resumed_at_<N>.json`` a resume with a changed config wrote before
+  ``step``; ``None``: the latest), validated.
 
   Raises:
     NotADirectoryError: ``workdir`` is a file.
     FileNotFoundError: ``workdir`` holds no ``config.json`` (not a training workdir).
     ConfigError: the file does not fit this version's config schema.
   """
-  return cli.read_workdir_config(workdir)
+  return cli.read_workdir_config(workdir, step=step)
 
 
 def eval_config(config, overrides=()):
@@ -213,13 +215,18 @@ def evaluate(workdir: str, checkpoint: Union[None, int, str] = None,
   from hypernet.training import checkpoints, export, loop  # pylint: disable=g-import-not-at-top
   if export_path:
     export.check_export_path(export_path)
-  config, applied = eval_config(load_config(workdir), overrides)
+  named = int(checkpoint) if str(checkpoint or "").isdigit() else None
+  config, applied = eval_config(load_config(workdir, named), overrides)
   if export_path:
     export.check_exportable(config)
     export.check_condition(config, condition)
+  path = checkpoints.resolve_checkpoint(workdir, checkpoint)
+  step = checkpoints.step_of(path)
+  if Workdir(workdir).config_at(step) != Workdir(workdir).config_at(named):
+    # The latest checkpoint predates the latest resume (which stopped before saving).
+    config, applied = eval_config(load_config(workdir, step), overrides)
   if data_dir is not None:
     config.data.data_dir = data_dir
-  path = checkpoints.resolve_checkpoint(workdir, checkpoint)
   try:
     trainer = loop.Trainer(config, workdir)
   except FileNotFoundError as e:
@@ -298,7 +305,8 @@ def main(argv):
     if _EXPORT.value:
       from hypernet.training import export  # pylint: disable=g-import-not-at-top
       export.check_export_path(_EXPORT.value)
-    config, applied = eval_config(cli.read_workdir_config(workdir), _SET.value)
+    named = int(checkpoint) if str(checkpoint or "").isdigit() else None
+    config, applied = eval_config(cli.read_workdir_config(workdir, step=named), _SET.value)
     if _EXPORT.value:
       export.check_exportable(config)
       export.check_condition(config, _CONDITION.value)

@@ -159,6 +159,37 @@ def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
   assert resumed["optim"]["lr"] == 3e-3 and resumed["num_steps"] == 40
 
 
+def test_each_checkpoint_is_evaluated_with_the_config_that_trained_it(tmp_path):
+  """A field that keeps the parameters' shapes (the generator's activation) changed on
+  resume: evaluating the latest checkpoint rebuilds the resumed run's network (equal to
+  its final metrics), an earlier checkpoint the network that wrote it; resuming back to
+  the original config records that too."""
+  from hypernet import evaluate  # pylint: disable=g-import-not-at-top
+  from hypernet.training.workdir import Workdir  # pylint: disable=g-import-not-at-top
+  w = Workdir(str(tmp_path))
+  first = loop.train_and_evaluate(_small_config(num_steps=20, **{
+      "hypernet.activation": "elu", "checkpoint_keep": 10, "eval_every": 20}), w.path)
+  second = loop.train_and_evaluate(_small_config(num_steps=40, **{
+      "hypernet.activation": "tanh", "checkpoint_keep": 10, "eval_every": 20}), w.path)
+  assert json.loads(open(w.config).read())["hypernet"]["activation"] == "elu"
+  assert [w.config_at(s) for s in (0, 20, 21, 40, None)] == [w.config] * 2 + [
+      w.resumed_config(20)] * 3
+  latest = evaluate.evaluate(w.path, output="")
+  assert latest["step"] == 40 and latest["accuracy"] == second["accuracy"]
+  assert latest["loss"] == pytest.approx(second["loss"], rel=1e-6)
+  earlier = evaluate.evaluate(w.path, 20, output="")
+  assert earlier["accuracy"] == first["accuracy"]
+  assert earlier["loss"] == pytest.approx(first["loss"], rel=1e-6)
+  # The two networks differ on the same weights, or the test could not fail.
+  assert earlier["loss"] != pytest.approx(evaluate.evaluate(w.path, 40, output="")["loss"])
+  loop.train_and_evaluate(_small_config(num_steps=60, **{
+      "hypernet.activation": "elu", "checkpoint_keep": 10, "eval_every": 20}), w.path)
+  assert w.config_at(60) == w.resumed_config(40)
+  assert json.loads(open(w.config_at(60)).read())["hypernet"]["activation"] == "elu"
+  assert evaluate.evaluate(w.path, output="")["loss"] == pytest.approx(
+      evaluate.evaluate(w.path, 60, output="")["loss"])
+
+
 def test_console_lines_exclude_compile_time_and_are_about_ten(tmp_path, monkeypatch, caplog):
   """The tracing of the first chunk (made to take 1000 s on a fake clock) is neither in
   the first rate nor in the ETA; it is reported on its own line; 200 steps logged every

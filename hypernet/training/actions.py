@@ -463,12 +463,13 @@ class NonFiniteGuard:
 
 
 # -- the run's record: config, parameter counts, final metrics ---------------------------
-def config_changes(workdir: str, config) -> list:
+def config_changes(workdir: str, config, step=None) -> list:
   """``["optim.lr: 0.001 -> 0.01", ...]``: fields where ``config`` differs from the
-  config saved in ``workdir/config.json`` by the run that started there (``[]`` if none
-  is saved)."""
+  config in effect at checkpoint ``step`` (:meth:`Workdir.config_at`: the run that
+  started in ``workdir``, or the last resume that changed it; ``None``: the latest);
+  ``[]`` if none is saved."""
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
-  path = Workdir(workdir).config
+  path = Workdir(workdir).config_at(step)
   if not tf.io.gfile.exists(path):
     return []
   with tf.io.gfile.GFile(path) as f:
@@ -525,11 +526,15 @@ def _record_start(state: LoopState, resumed: bool) -> None:
       for k, v in state.counts.items()))
   if trainer.is_chief:
     # config.json describes the run that started in this workdir; a resumed run with a
-    # changed config records it beside it instead of overwriting it.
+    # config other than the one in effect at its step records it beside it instead of
+    # overwriting it (Workdir.config_at: evaluation rebuilds each checkpoint's config).
     path = state.paths.config
     if start and tf.io.gfile.exists(path):
-      path = state.paths.resumed_config(start) \
-          if config_changes(state.paths.path, config) else None
+      path = state.paths.resumed_config(start)
+      if not config_changes(state.paths.path, config, start):
+        if tf.io.gfile.exists(path):   # An earlier resume here, with another config.
+          tf.io.gfile.remove(path)
+        path = None
     if path:
       with tf.io.gfile.GFile(path, "w") as f:
         f.write(config.to_json_best_effort(indent=2))

@@ -283,9 +283,15 @@ def resolve_checkpoint(workdir: str, checkpoint: Union[None, int, str] = None) -
   return path
 
 
-def _step_of(prefix: str) -> int:
+def step_of(prefix: str) -> Optional[int]:
+  """The step of a checkpoint prefix ``.../ckpt-<N>`` (``None`` for another name)."""
   tail = os.path.basename(prefix).rsplit("-", 1)[-1]
-  return int(tail) if tail.isdigit() else -1
+  return int(tail) if tail.isdigit() else None
+
+
+def _step_of(prefix: str) -> int:
+  step = step_of(prefix)
+  return -1 if step is None else step
 
 
 def restore_candidates(folder: str) -> list:

@@ -522,9 +522,11 @@ def plugin_notices(config) -> list:
   return []
 
 
-def read_workdir_config(workdir: str, flag: str = "--workdir"):
-  """The config a training workdir holds (``workdir/config.json``), validated;
-  TensorFlow-free for local folders (``tf.io.gfile`` reads ``gs://``-style paths).
+def read_workdir_config(workdir: str, flag: str = "--workdir", step=None):
+  """The config that wrote the workdir's checkpoint ``step`` (``workdir/config.json``, or
+  the ``config_resumed_at_<N>.json`` of a resume that changed it before ``step``:
+  :meth:`Workdir.config_at`; ``None``: the latest), validated; TensorFlow-free for
+  local folders (``tf.io.gfile`` reads ``gs://``-style paths).
 
   Raises:
     NotADirectoryError: ``workdir`` is a file.
@@ -536,6 +538,8 @@ def read_workdir_config(workdir: str, flag: str = "--workdir"):
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   check_workdir_is_folder(workdir, flag)
   path = Workdir(workdir).config
+  if os.path.exists(path) or not _local(path):   # (Else the error below names config.json.)
+    path = Workdir(workdir).config_at(step)
   if _local(path):
     exists, opener = os.path.exists(path), open
   else:

@@ -413,7 +413,7 @@ class Trainer:
             f"unreadable; unreadable ones were moved to {self.paths.unreadable}). Rerunning the same command starts over from "
             "step 0; to keep this workdir as it is, train in a new --workdir.")
       return 0
-    changed = config_changes(self.workdir, self.config)
+    changed = config_changes(self.workdir, self.config, self.current_step())
     if changed and not replay:
       logging.warning("Resuming with a config that differs from the run that wrote the "
                       "checkpoint in: %s. The new values apply from step %d on.",

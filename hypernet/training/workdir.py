@@ -60,6 +60,24 @@ class Workdir:
     """Where a resumed run with a changed config records it (``config.json`` stays)."""
     return self.join(f"config_resumed_at_{step}.json")
 
+  def config_at(self, step=None) -> str:
+    """The config that wrote checkpoint ``step``: the ``config_resumed_at_<N>.json`` with
+    the largest ``N < step`` (``step=None``: the largest ``N``), else ``config.json``. A
+    run resumed at ``N`` with a changed config trains steps ``N + 1, ...`` with it, so
+    the checkpoints after ``N`` are that config's, not ``config.json``'s (a field that
+    keeps the parameters' shapes, such as ``hypernet.activation``, would otherwise
+    rebuild another network on the same weights)."""
+    prefix, suffix = "config_resumed_at_", ".json"
+    if self.local:
+      names = os.listdir(self.path) if os.path.isdir(self.path) else []
+    else:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      names = [os.path.basename(p) for p in tf.io.gfile.glob(self.join(prefix + "*" + suffix))]
+    starts = [int(n[len(prefix):-len(suffix)]) for n in names
+              if n.startswith(prefix) and n.endswith(suffix) and n[len(prefix):-len(suffix)].isdigit()]
+    starts = [n for n in starts if step is None or n < int(step)]
+    return self.resumed_config(max(starts)) if starts else self.config
+
   @property
   def final_metrics(self) -> str:
     return self.join(self.FINAL_METRICS)
