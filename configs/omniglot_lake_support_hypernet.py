@@ -16,11 +16,12 @@ trained on).
 As configs/omniglot_20way_support_hypernet.py otherwise (which meta-trains on the two
 small background subsets and holds 20 of their characters out): the head generated
 from each task's class prototypes, no inner gradient step, every meta-training drawing
-distorted (Koch et al. 2015's affine sizes), meta-trained on 40-way episodes across the
-background alphabets (two a meta-step, 80 classes a step), tested 20-way 1-shot. The
-budget is the subset config's 5,000 meta-steps (what 2 CPU cores give one seed in about
-20 minutes), an evaluation of the runs every 500; ``--config.num_steps=10000`` doubles it. Targets: error <= 4.5% (people), stretch
-<= 3.3% (Bayesian program learning).
+distorted (Koch et al. 2015's affine sizes), tested 20-way 1-shot. Meta-training
+episodes are drawn as the runs are: 20 characters of one alphabet in one rotation
+(``meta.within_alphabet``), four episodes a meta-step (80 classes a step). The budget is
+the subset config's 5,000 meta-steps (16-35 minutes a seed on 2 CPU cores), an
+evaluation of the runs every 500; ``--config.num_steps=10000`` doubles it. Targets:
+error <= 4.5% (people), stretch <= 3.3% (Bayesian program learning).
 
     python -m hypernet.train --config=configs/omniglot_lake_support_hypernet.py \
         --workdir=/tmp/hypernet/omniglot_lake_support_hypernet \
@@ -37,8 +38,12 @@ def get_config():
   c.meta.num_ways = 20             # the runs: 20-way 1-shot, one query per class
   c.meta.num_shots = 1
   c.meta.eval_queries = 1
-  c.meta.train_ways = 40
-  c.batch_size = 2
+  # Episodes as the runs draw them: 20 characters of one alphabet (and rotation), four a
+  # meta-step. Two 40-way episodes across alphabets, the same 80 classes a step, gave
+  # 5.67% error over seeds 0-2 (experiments/RESULTS_benchmarks.md).
+  c.meta.within_alphabet = True
+  c.meta.train_ways = 20
+  c.batch_size = 4
   c.eval_batch_size = 20           # the 20 runs in one evaluation batch
   c.num_steps = 5000
   c.eval_every = 500
