@@ -20,7 +20,18 @@ def _version(text):
   return tuple(int(part) for part in text.split(".")[:2])
 
 
-KERAS_VERSION = importlib.metadata.version("keras")
+def _keras_version():
+  """The installed Keras' version, from its distribution: ``keras``, or ``keras-nightly``
+  (what a TensorFlow release candidate installs; the same ``keras`` package)."""
+  for name in ("keras", "keras-nightly"):
+    try:
+      return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  raise importlib.metadata.PackageNotFoundError("keras (neither keras nor keras-nightly)")
+
+
+KERAS_VERSION = _keras_version()
 KERAS = _version(KERAS_VERSION)
 
 

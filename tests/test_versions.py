@@ -133,3 +133,22 @@ def test_the_tested_range_starts_at_ci_oldest_pins_and_the_package_lower_bounds(
     assert pins[name] == oldest and bounds[name] == oldest, (name, pins, bounds)
   # Lower bounds only: no cap that would exclude a newer release that works.
   assert not [d for d in deps if "<" in d], deps
+
+
+def test_keras_version_is_read_from_keras_nightly_too(monkeypatch):
+  """A TensorFlow release candidate installs Keras as the ``keras-nightly`` distribution
+  (no ``keras`` metadata): the subset's version facts read it from there."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+
+  def version(name):
+    if name == "keras-nightly":
+      return "3.16.0.dev2026102704"
+    raise importlib.metadata.PackageNotFoundError(name)
+
+  monkeypatch.setattr(importlib.metadata, "version", version)
+  assert supported._keras_version() == "3.16.0.dev2026102704"  # pylint: disable=protected-access
+  assert supported._version(supported._keras_version()) == (3, 16)  # pylint: disable=protected-access
+  monkeypatch.setattr(importlib.metadata, "version", lambda name: (_ for _ in ()).throw(
+      importlib.metadata.PackageNotFoundError(name)))
+  with pytest.raises(importlib.metadata.PackageNotFoundError, match="keras-nightly"):
+    supported._keras_version()  # pylint: disable=protected-access

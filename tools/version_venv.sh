@@ -48,7 +48,13 @@ case "$kind" in
     run_pip --upgrade tensorflow keras tensorboard
     run_pip --upgrade -e ".[test]" ;;
   pre)
-    "$py" -m pip uninstall -y -q keras keras-nightly >> "$log" 2>&1 || true
+    # The other dependencies first: keras-hub's tensorflow-text pins TensorFlow below the
+    # next release (tensorflow<2.22 for 2.21), so installed after the pre-release they
+    # would put the released TensorFlow and Keras back. pip then warns that
+    # tensorflow-text does not fit the pre-release; the matrix's tests do not load it.
+    mapfile -t deps < <(other_deps)
+    run_pip --upgrade "${deps[@]}"
+    "$py" -m pip uninstall -y -q tensorflow keras keras-nightly >> "$log" 2>&1 || true
     run_pip --pre --upgrade tensorflow
     if ! "$py" -c "import keras" 2>/dev/null; then
       run_pip --pre --upgrade keras
@@ -58,8 +64,6 @@ sys.exit(0 if Version(m.version('keras')).is_prerelease else 1)" 2>/dev/null; th
         run_pip --pre --upgrade keras-nightly
       fi
     fi
-    mapfile -t deps < <(other_deps)
-    run_pip --upgrade "${deps[@]}"
     run_pip --no-deps -e . ;;
   *)
     echo "version venv: KIND must be oldest, newest or pre, not '$kind'." >&2
