@@ -8,7 +8,7 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.sibling_config(__file__, "digits_hyper")
+  c = config_lib.sibling_config(__file__, "digits_hyper_relu")
   c.task = "multitask_classification"
   c.multitask.label_shift = True   # task t relabels class y as (y + t) mod 10
   c.hypernet.num_conditions = 4

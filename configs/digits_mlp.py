@@ -7,7 +7,7 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.sibling_config(__file__, "digits_hyper")
+  c = config_lib.sibling_config(__file__, "digits_hyper_relu")
   c.hypernet.kind = "mlp"
   c.hypernet.embedding_dim = 8
   c.hypernet.hidden = (32,)

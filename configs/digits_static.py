@@ -8,7 +8,7 @@ from hypernet import config_lib
 
 
 def get_config():
-  c = config_lib.sibling_config(__file__, "digits_hyper")
+  c = config_lib.sibling_config(__file__, "digits_hyper_relu")
   c.hypernet.kind = "static"
   c.hypernet.targets = "conv*/kernel"
   c.hypernet.z_dim = 4

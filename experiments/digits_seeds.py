@@ -11,6 +11,8 @@ time) with the minimum, mean and maximum, and writes it to ``OUT/seeds.md``.
     python -m experiments.digits_seeds --out=/tmp/hypernet/digits_seeds --seeds=3  # one seed
     python -m experiments.digits_seeds --config=mnist_ha_static --test_size=10000 \
         --data_dir=../shared/data/mnist --out=/tmp/hypernet/mnist_ha_static --seeds=0,1,2
+    python -m experiments.digits_seeds --config=digits_plain --set=num_steps=10000 \
+        --set=model.dropout=0.2 --out=/tmp/hypernet/digits_plain_seeds  # the main job's schedule
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ CONFIG_NAME = "digits_hyper"
 
 
 def run_seed(out: str, seed: int, config: str = CONFIG_NAME,
-             data_dir: Optional[str] = None) -> Dict:
-  """Trains (or reads) one seed in ``OUT/seed<N>``; returns its ``final_metrics.json``."""
-  return seed_runs.train_or_read(config, os.path.join(out, f"seed{seed}"), seed, data_dir)
+             data_dir: Optional[str] = None, overrides: Sequence[str] = ()) -> Dict:
+  """Trains (or reads) one seed in ``OUT/seed<N>``; returns its ``final_metrics.json``.
+  ``overrides`` are ``FIELD=VALUE`` strings, passed as ``--config.FIELD=VALUE``."""
+  return seed_runs.train_or_read(config, os.path.join(out, f"seed{seed}"), seed, data_dir,
+                                 [f"--config.{o}" for o in overrides])
 
 
 def table(results: Dict[int, Dict], test_size: int = 359) -> str:
@@ -57,13 +61,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                       help="Images in the config's test set (digits 359, MNIST 10,000).")
   parser.add_argument("--out", required=True,
                       help="Folder of the runs' workdirs and seeds.md.")
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                      help="A config override for every run (--config.FIELD=VALUE), e.g. "
+                      "--set=num_steps=10000; repeatable.")
   parser.add_argument("--seeds", default=",".join(str(s) for s in range(10)),
                       help="Seeds to run, comma-separated.")
   args = parser.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   results = {}
   for seed in (int(s) for s in args.seeds.split(",")):
-    results[seed] = run_seed(args.out, seed, args.config, args.data_dir)
+    results[seed] = run_seed(args.out, seed, args.config, args.data_dir, args.set)
     print(f"seed {seed}: test accuracy {100 * results[seed]['accuracy']:.2f}%", flush=True)
   text = table(results, args.test_size)
   with open(os.path.join(args.out, "seeds.md"), "w") as f:

@@ -39,7 +39,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # (name, config file, overrides). Plain CNNs of growing width; chunked hypernetworks of
-# growing size, all generating every weight of the 32-64 CNN of configs/digits_hyper.py.
+# growing size, all generating every weight of the 32-64 CNN of configs/digits_hyper.py, in
+# the 3,000-step ReLU form of configs/digits_hyper_relu.py (the base of digits_plain.py).
 PRESETS = {
     "full": [
         ("plain_4-8", "digits_plain", {"model.conv_widths": (4, 8),
@@ -49,18 +50,18 @@ PRESETS = {
         ("plain_16-32", "digits_plain", {"model.conv_widths": (16, 32),
                                          "model.dense_widths": (64,)}),
         ("plain_32-64", "digits_plain", {}),
-        ("hyper_c128", "digits_hyper", {"hypernet.chunk_size": 128,
+        ("hyper_c128", "digits_hyper_relu", {"hypernet.chunk_size": 128,
                                         "hypernet.chunk_emb_dim": 8, "hypernet.hidden": (16,)}),
-        ("hyper_c256", "digits_hyper", {"hypernet.chunk_size": 256,
+        ("hyper_c256", "digits_hyper_relu", {"hypernet.chunk_size": 256,
                                         "hypernet.chunk_emb_dim": 16, "hypernet.hidden": (32,)}),
-        ("hyper_c512", "digits_hyper", {"hypernet.chunk_size": 512,
+        ("hyper_c512", "digits_hyper_relu", {"hypernet.chunk_size": 512,
                                         "hypernet.chunk_emb_dim": 16, "hypernet.hidden": (32,)}),
-        ("hyper_c1024", "digits_hyper", {}),
+        ("hyper_c1024", "digits_hyper_relu", {}),
     ],
     "smoke": [
         ("plain_8-16", "digits_plain", {"model.conv_widths": (8, 16),
                                         "model.dense_widths": (32,)}),
-        ("hyper_c128", "digits_hyper", {"hypernet.chunk_size": 128,
+        ("hyper_c128", "digits_hyper_relu", {"hypernet.chunk_size": 128,
                                         "hypernet.chunk_emb_dim": 8, "hypernet.hidden": (16,)}),
     ],
 }

@@ -140,7 +140,7 @@ def test_the_first_line_comes_before_the_tensorflow_import(tmp_path):
   out = _run_without_tensorflow("hypernet.train", "--config=configs/digits_hyper.py",
                                 f"--workdir={tmp_path / 'run'}")
   first = out.stderr.splitlines()[0]
-  assert re.fullmatch(r"\d\d:\d\d:\d\d Training configs/digits_hyper\.py for 3000 steps in "
+  assert re.fullmatch(r"\d\d:\d\d:\d\d Training configs/digits_hyper\.py for 10000 steps in "
                       + re.escape(str(tmp_path / "run")) + r" \(loading TensorFlow\) \.\.\.",
                       first), out.stderr[-2000:]
   assert "halted; None in sys.modules" in out.stderr and out.returncode == 1

@@ -115,7 +115,7 @@ def test_pattern_matching_no_weight_is_named(tmp_path):
 ])
 def test_impossible_values_are_named(field, value, match):
   c = digits_hyper.get_config()
-  c.summaries.profile_start = 2990
+  c.num_steps, c.summaries.profile_start = 3000, 2990
   node = c
   *parents, leaf = field.split(".")
   for p in parents:

@@ -4,6 +4,9 @@ cannot differentiate, sparse inner gradients, layer constraints, batched convolu
 Every reference is computed without the code under test: float64 finite differences,
 the same function written densely, constraints applied by hand, a loop of plain calls.
 """
+import json
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -643,3 +646,26 @@ def test_digits_seeds_table_and_command(tmp_path):
   assert "| min / mean / max | 96.66 / 97.63 / 98.61 | 1.39 / 2.37 / 3.34 | | |" in text
   mnist = digits_seeds.table({1: {"accuracy": 0.9928, "wall_time_sec": 400.0}}, 10000)
   assert "| 1 | 99.28 | 0.72 | 72 | 400 |" in mnist and "errors (of 10,000)" in mnist
+
+
+def test_digits_seeds_set_overrides_every_run(tmp_path, monkeypatch):
+  """``--set FIELD=VALUE`` reaches every seed's command as ``--config.FIELD=VALUE`` (the
+  direct baseline run at the main job's schedule), after the seed."""
+  from experiments import digits_seeds, seed_runs  # pylint: disable=g-import-not-at-top
+  commands = []
+
+  def fake_run(command, cwd, check):
+    commands.append(command)
+    workdir = next(a.split("=", 1)[1] for a in command if a.startswith("--workdir="))
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+      json.dump({"accuracy": 0.98, "wall_time_sec": 1.0}, f)
+
+  monkeypatch.setattr(seed_runs.subprocess, "run", fake_run)
+  digits_seeds.main(["--config=digits_plain", f"--out={tmp_path}", "--seeds=0,4",
+                     "--set=num_steps=10000", "--set=model.dropout=0.2"])
+  assert [c[2:] for c in commands] == [
+      ["hypernet.train", "--config=configs/digits_plain.py", f"--workdir={tmp_path / f'seed{s}'}",
+       f"--config.seed={s}", "--config.num_steps=10000", "--config.model.dropout=0.2"]
+      for s in (0, 4)]
+  assert "| 4 | 98.00 |" in (tmp_path / "seeds.md").read_text()
