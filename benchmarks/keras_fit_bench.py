@@ -1,6 +1,7 @@
 """Speed of HyperModel.fit() (Keras' own loop) beside the Trainer, on the digits main job.
 
-The model of configs/digits_hyper.py (a chunked hypernetwork generating every weight of
+The model of configs/digits_hyper_relu.py (the main job's network with a ReLU generator,
+as docs/keras.md's table was measured: a chunked hypernetwork generating every weight of
 the CNN, dropout, +-1 pixel shifts, Adam on a cosine schedule) trained on the same
 step-indexed batches, from the same objects (the Trainer's target and hypernetwork):
 
@@ -35,7 +36,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"))
 
-import digits_hyper  # noqa: E402
+import digits_hyper_relu  # noqa: E402
 import keras  # noqa: E402
 
 from hypernet.keras import HyperModel, steps_per_execution  # noqa: E402
@@ -62,7 +63,7 @@ def main():
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--windows", type=int, default=3)
   args = parser.parse_args()
-  config = digits_hyper.get_config()
+  config = digits_hyper_relu.get_config()
   trainer = loop.Trainer(config, tempfile.mkdtemp())
   task = trainer.task
   data = lambda: task.train_dataset(config.batch_size, config.seed).map(  # noqa: E731

@@ -33,6 +33,6 @@ def get_config():
   # >= 97.5% against 15 of 20 with ReLU, 3,000 steps and dropout 0.3 (mean 98.60% / 97.90%).
   c.hypernet.activation = "elu"
   # The hypernetwork needs a larger step than direct training: with these sizes lr 1e-3
-  # underfits (experiments/RESULTS_hypernets.md, "Why the chunked kind underfit").
+  # underfits (experiments/RESULTS_hypernets.md, "Why the chunked kind underfits").
   c.optim.lr = 5e-3
   return c

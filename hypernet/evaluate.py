@@ -266,10 +266,10 @@ def report(result: Dict[str, Any], output: Optional[str] = None) -> str:
 
   Example (digits, with ``--export``)::
 
-    Evaluated step 3000 (/tmp/wd/checkpoints/ckpt-3000):
-      accuracy   98.61%
-      loss       0.08103
-      metrics:   /tmp/wd/eval_step3000.json
+    Evaluated step 10000 (/tmp/wd/checkpoints/ckpt-10000):
+      accuracy   98.33%
+      loss       0.08423
+      metrics:   /tmp/wd/eval_step10000.json
     Exported the target network to /tmp/digits_target.keras
       input:     float32 [batch, 8, 8, 1]: values 0..16 as the data set stores them ...
       output:    logits [batch, 10] (apply a softmax for probabilities, or ...)

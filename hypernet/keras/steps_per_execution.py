@@ -2,8 +2,9 @@
 
 Keras' default, ``compile(steps_per_execution=1)``, calls one ``tf.function`` per step
 and runs the callbacks between steps: on the small models of hypernetwork and
-meta-learning work that Python overhead halves the step rate (``HyperModel.fit`` at 0.46x
-hypernet's Trainer on the digits main job; ``benchmarks/keras_fit_bench.py``). A
+meta-learning work that Python overhead costs a third of the step rate (``HyperModel.fit``
+at 0.68x hypernet's Trainer on the digits main job's network; docs/keras.md,
+``benchmarks/keras_fit_bench.py``). A
 :class:`HyperModel` or :class:`MetaModel` compiled without ``steps_per_execution`` (or
 with ``"auto"``) therefore runs up to :data:`MAX_STEPS` steps per call in ``fit()``,
 chosen per call by :func:`auto_steps_per_execution` so that nothing a user can see
