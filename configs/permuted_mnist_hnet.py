@@ -48,6 +48,7 @@ def get_config():
   c.continual.past_tasks_per_step = 1   # 5-6x cheaper steps than all past tasks (0)
   c.continual.eval_examples_per_task = 2000
   c.continual.beta = 0.1
+  c.continual.lookahead = False   # theirs on (split_mnist_hnet's too): not measured here
   c.model.dense_widths = (1000, 1000)
   c.hypernet.chunk_size = 68000
   c.hypernet.chunk_emb_dim = 8

@@ -38,4 +38,6 @@ def get_config():
   c.hypernet.condition_dim = 16
   c.hypernet.train_base = True
   c.continual.freeze_base_after = 1
+  c.continual.beta = 0.05           # as measured (split_mnist_hnet: 0.01 with the
+  c.continual.lookahead = False      # look-ahead, von Oswald et al.'s)
   return c
