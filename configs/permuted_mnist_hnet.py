@@ -25,10 +25,11 @@ seeds (93.84 / 93.14 / 90.21, forgetting 0.06 / 0.10 / 0.71; RESULTS_continual);
 look-ahead in the regulariser (``continual.lookahead``); 2,000 test images per task are
 scored after each task (``continual.eval_examples_per_task``; 0 scores all 10,000).
 
-Cost, 2 cores of an EPYC (experiments/RESULTS_continual.md): 19-23 steps/s with the
-cores to itself (Zen 3), 6-8 each with three seeds at once (Zen 4, 2 h for the three);
-the 50,000 steps take ~45 min alone; regularising every past task each step
-(``--config.continual.past_tasks_per_step=0``) runs at 1.5-2 steps/s: ~8 h.
+Cost, 2 cores (experiments/RESULTS_continual.md): the three seeds at once on a Zen 4
+EPYC took 7,264-7,293 s each (~7 steps/s each); one alone ~50 min (estimated from 9-10
+steps/s at load 7-8); regularising every past task each step
+(``--config.continual.past_tasks_per_step=0``) runs at 1.5-2 steps/s at that load: ~8 h
+(~4 h alone).
 Baselines in the same loop and setting: permuted_mnist_{finetune,ewc,independent}.py.
 
     python -m hypernet.train --config=configs/permuted_mnist_hnet.py \
