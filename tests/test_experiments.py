@@ -1,5 +1,6 @@
 """experiments/digits_sweep.py writes the table, the JSON and the PNG plots, and its
 listed commands reproduce its runs' configs exactly."""
+import importlib
 import json
 import os
 import shlex
@@ -341,3 +342,20 @@ def test_fewshot_transformer_pools_paired_differences_over_seeds():
   assert f"| {label}: seeds pooled, +- CI95 | 3 seeds x 50 episodes | {100 * mean:+.2f} +- " \
       f"{100 * ci:.2f} |" in text
   assert "(2) - (1)" not in text    # No support_adapter runs: no such rows.
+
+
+@pytest.mark.parametrize("script", ["meta_seeds", "omniglot_learners", "omniglot_standard"])
+def test_a_lever_run_never_writes_over_the_committed_tables(script, tmp_path, capsys):
+  """With further flags (``--set``) and the default ``--out`` (the committed tables'
+  folder) the scripts refuse in one line naming ``--out`` before running or reading
+  anything; with ``--out`` given they go on (here: to the missing runs' error)."""
+  module = importlib.import_module(f"experiments.{script}")
+  args = ["--no-run", f"--root={tmp_path / 'root'}", "--seeds=0",
+          "--set=--config.num_steps=20"]
+  with pytest.raises(SystemExit):
+    module.main(args)
+  err = capsys.readouterr().err
+  assert "--set changes the runs" in err and "pass --out=DIR" in err
+  with pytest.raises(FileNotFoundError):
+    module.main(args + [f"--out={tmp_path / 'out'}"])
+  assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
