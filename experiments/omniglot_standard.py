@@ -196,15 +196,14 @@ def main(argv=None) -> None:
   parser.add_argument("--root", default="/tmp/hypernet/omniglot_standard")
   parser.add_argument("--data_dir", default=os.path.join(REPO, "..", "shared", "data",
                                                          "omniglot"))
-  default_out = os.path.join(REPO, "experiments", "omniglot_standard")
-  parser.add_argument("--out", default=default_out)
+  parser.add_argument("--out", default=os.path.join(REPO, "experiments", "omniglot_standard"))
   parser.add_argument("--set", action="append", default=[],
                       help="a further flag for every training run, e.g. "
                       "--set=--config.num_steps=20")
   parser.add_argument("--no-run", dest="execute", action="store_false",
                       help="only read finished runs and evaluations")
   args = parser.parse_args(argv)
-  seed_runs.check_out(parser, args.out, default_out, args.set)
+  seed_runs.check_out(parser, args)
   seeds = [int(s) for s in args.seeds.split(",")]
   data_dir = os.path.abspath(os.path.expanduser(args.data_dir))
   results, runs, commands = {}, {}, []

@@ -17,15 +17,16 @@ from typing import Dict, List, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def check_out(parser, out: str, default: str, extra: Sequence[str]) -> None:
-  """Refuses (``parser.error``, one line) a run with further flags (``--set``) that would
-  write its tables into ``default``, the folder of the committed tables: a lever's runs
-  are not the committed configs' and must not replace their results.
+def check_out(parser, args) -> None:
+  """Refuses (``parser.error``, one line) a run with further flags (``args.set``) that
+  would write its tables into the parser's default ``--out``, the folder of the committed
+  tables: a lever's runs are not the committed configs' and must not replace their results.
 
   Raises:
-    SystemExit: ``extra`` is not empty and ``out`` is ``default``.
+    SystemExit: ``args.set`` is not empty and ``args.out`` is the default.
   """
-  if extra and os.path.abspath(out) == os.path.abspath(default):
+  default = parser.get_default("out")
+  if args.set and os.path.abspath(args.out) == os.path.abspath(default):
     parser.error(f"--set changes the runs, so their tables must not replace the committed "
                  f"ones in {os.path.relpath(default, REPO)}/: pass --out=DIR.")
 
