@@ -21,6 +21,7 @@ needs ``--out=DIR``, since the default folder holds the committed tables.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -99,7 +100,10 @@ def curves(name: str, seeds: Dict[int, Dict], path: str) -> None:
       steps, err = zip(*[(s, v) for s, v in evals["one_shot_error"] if s > 0])
       right.plot(steps, [100 * v for v in err], marker="o", markersize=3,
                  label=f"seed {seed}")
-  left.set(xlabel="step", ylabel="held-out accuracy (%)", title="held-out N-way 1-shot")
+  with open(os.path.join(next(iter(seeds.values()))["workdir"], "config.json")) as f:
+    meta = json.load(f)["meta"]
+  left.set(xlabel="step", ylabel="held-out accuracy (%)",
+           title=f"held-out {meta['num_ways']}-way {meta['num_shots']}-shot")
   if with_runs:
     right.set(xlabel="step", ylabel="error (%)", title="Lake et al.'s 20 one-shot runs")
   for ax in axes[0]:

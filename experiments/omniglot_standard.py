@@ -146,18 +146,23 @@ def table(name: str, seeds: Dict[int, Dict[str, Dict]]) -> str:
   Args:
     name: the config.
     seeds: ``{seed: {setting name: metrics}}``, each metrics ``accuracy`` and
-      ``accuracy_ci95`` in [0, 1]; the ``5w1s`` metrics (the run's final evaluation) also
-      ``wall_time_sec``; an evaluation's ``eval_wall_time_sec`` where it was timed.
+      ``accuracy_ci95`` in [0, 1]; the run's own final evaluation (``source``
+      ``"final_metrics.json"``) also ``wall_time_sec`` (and ``start_step``, ``step``: a
+      resumed run's time covers only its last process's steps); an evaluation's
+      ``eval_wall_time_sec`` where it was timed.
   """
   names = [s[0] for s in SETTINGS]
   lines = [f"| `{name}` seed | " + " | ".join(names) + " | training | evaluations |",
            "|---|" + "---|" * (len(names) + 2)]
   for seed, by_setting in sorted(seeds.items()):
-    train = by_setting[names[0]].get("wall_time_sec")
+    own = next((m for m in by_setting.values() if m.get("source") == "final_metrics.json"),
+               {})
+    train = "" if own.get("wall_time_sec") is None else f"{own['wall_time_sec'] / 60:.1f} min"
+    if own.get("start_step"):   # Resumed: the time covers the last process's steps only.
+      train += f" (steps {own['start_step']:,}-{own['step']:,})"
     evals = sum(m.get("eval_wall_time_sec", 0.0) for m in by_setting.values())
     lines.append(f"| {seed} | " + " | ".join(_cell(by_setting[n]) for n in names) +
-                 f" | {'' if train is None else f'{train / 60:.1f} min'} | "
-                 f"{evals / 60:.1f} min |")
+                 f" | {train} | {evals / 60:.1f} min |")
   means = [_mean_sd([s[n]["accuracy"] for s in seeds.values()]) for n in names]
   lines.append(f"| mean +- sd ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) | " +
                " | ".join(f"**{m:.2f}**" if np.isnan(sd) else f"**{m:.2f} +- {sd:.2f}**"

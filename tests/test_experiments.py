@@ -124,26 +124,29 @@ def test_meta_seeds_table_gives_each_seed_its_interval_and_the_mean_over_seeds(t
     meta_seeds.run("omniglot_support_hypernet", 1, str(tmp_path), "/d", execute=False)
 
 
-def _fake_standard_run(root, name, seed, accuracies, config):
+def _fake_standard_run(root, name, seed, accuracies, config, start_step=0):
   """A finished run's files as python -m hypernet.train and hypernet.evaluate leave them:
-  config.json, final_metrics.json (5-way 1-shot), eval_<setting>.json for the other
-  settings, and the eval/ TensorBoard events of its held-out accuracy."""
+  config.json, final_metrics.json (the config's own setting), eval_<setting>.json for
+  the other settings, and the eval/ TensorBoard events of its held-out accuracy."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from experiments import omniglot_standard  # pylint: disable=g-import-not-at-top
   workdir = os.path.join(root, f"{name}_s{seed}")
   os.makedirs(workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort())
-  (a11, c11), *others = accuracies
-  with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
-    json.dump({"accuracy": a11, "accuracy_ci95": c11, "step": 5000,
-               "wall_time_sec": 600.0 * (seed + 1)}, f)
-  from experiments import omniglot_standard  # pylint: disable=g-import-not-at-top
-  for (setting, _, _), (acc, ci) in zip(omniglot_standard.SETTINGS[1:], others):
-    with open(os.path.join(workdir, f"eval_{setting}.json"), "w") as f:
-      json.dump({"accuracy": acc, "accuracy_ci95": ci, "eval_wall_time_sec": 30.0}, f)
+  own = (config.meta.num_ways, config.meta.num_shots)
+  for (setting, ways, shots), (acc, ci) in zip(omniglot_standard.SETTINGS, accuracies):
+    if (ways, shots) == own:
+      own_accuracy = acc
+      with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+        json.dump({"accuracy": acc, "accuracy_ci95": ci, "step": 5000,
+                   "start_step": start_step, "wall_time_sec": 600.0 * (seed + 1)}, f)
+    else:
+      with open(os.path.join(workdir, f"eval_{setting}.json"), "w") as f:
+        json.dump({"accuracy": acc, "accuracy_ci95": ci, "eval_wall_time_sec": 30.0}, f)
   with tf.summary.create_file_writer(os.path.join(workdir, "eval")).as_default():
     for step in (0, 1000, 5000):
-      tf.summary.scalar("accuracy", a11 * step / 5000, step=step)
+      tf.summary.scalar("accuracy", own_accuracy * step / 5000, step=step)
 
 
 def test_omniglot_standard_tables_each_seed_in_four_settings_against_the_targets(tmp_path):
@@ -156,16 +159,16 @@ def test_omniglot_standard_tables_each_seed_in_four_settings_against_the_targets
   assert omniglot_standard._own_setting(json.loads(config.to_json_best_effort()), 5, 1)
   accs = {0: [(0.9955, 0.0010), (0.9990, 0.0003), (0.9760, 0.0015), (0.9940, 0.0005)],
           1: [(0.9945, 0.0011), (0.9994, 0.0002), (0.9790, 0.0014), (0.9930, 0.0006)]}
-  for seed, values in accs.items():
-    _fake_standard_run(str(tmp_path / "root"), name, seed, values, config)
+  for seed, values in accs.items():   # Seed 1 resumed at step 1,000.
+    _fake_standard_run(str(tmp_path / "root"), name, seed, values, config, 1000 * seed)
   out = tmp_path / "out"
   omniglot_standard.main(["--no-run", f"--root={tmp_path / 'root'}", "--seeds=0,1",
                           f"--out={out}", "--data_dir=/d"])
   text = (out / "omniglot_standard.md").read_text()
   assert "| 0 | 99.55 +- 0.10 | 99.90 +- 0.03 | 97.60 +- 0.15 | 99.40 +- 0.05 | 10.0 min " \
          "| 1.5 min |" in text
-  assert "| 1 | 99.45 +- 0.11 | 99.94 +- 0.02 | 97.90 +- 0.14 | 99.30 +- 0.06 | 20.0 min" \
-         in text
+  assert "| 1 | 99.45 +- 0.11 | 99.94 +- 0.02 | 97.90 +- 0.14 | 99.30 +- 0.06 | 20.0 min " \
+         "(steps 1,000-5,000) | 1.5 min |" in text
   means = [100 * np.mean([accs[s][i][0] for s in accs]) for i in range(4)]
   sds = [100 * np.std([accs[s][i][0] for s in accs], ddof=1) for i in range(4)]
   assert "| mean +- sd (2 seeds) | " + " | ".join(
