@@ -10,7 +10,7 @@ episodes, 15 queries per class, accuracy with its CI95; held-out accuracy every 
 meta-steps for the learning curve (``experiments/omniglot_learners.py``).
 
 The budget: 5,000 meta-steps x meta-batch 8 (40,000 tasks), the meta-step count of the
-standard support-hypernetwork and ProtoNets configs. Measured on 2 cores:
+standard ProtoNets config (the support-hypernetwork config: 10,000). Measured on 2 cores:
 ``omniglot_maml`` ran 1,500 x 8 in 326 s (experiments/RESULTS_meta.md); this config ran
 3.3 meta-steps/s and scored 200 meta-test episodes in ~20 s beside two other trainings
 (load ~5), so ~25 min of meta-training and ~15 min for its eleven 1,000-episode

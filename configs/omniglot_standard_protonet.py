@@ -12,12 +12,13 @@ the last block); logits are negative squared Euclidean distances to the class pr
 As Snell et al. (Sec. 3.1): 1-shot episodes of higher way than tested, 5 queries per
 class, Adam at 1e-3 halved every 2,000 episodes (1,000 meta-steps of two), no
 distortion of the drawings (rotations as classes only). What fits 2 CPU cores differs:
-the budget of the support-conditioned hypernetwork's config (two 40-way episodes a
-meta-step, 5,000 meta-steps: 10,000 episodes) instead of their 60-way episodes until the
-validation loss stops improving. That config also distorts the drawings and decays the
-rate by a cosine; ``--config.optim.schedule=cosine --config.data.augment_rotation=10
---config.data.augment_scale=0.2 --config.data.augment_shear=0.3
---config.data.augment_shift=2`` trains this learner as that one is trained. One model per
+two 40-way episodes a meta-step, 5,000 meta-steps (10,000 episodes; half the
+support-conditioned hypernetwork config's meta-steps) instead of their 60-way episodes
+until the validation loss stops improving. That config also distorts the drawings and
+decays the rate by a cosine; ``--config.optim.schedule=cosine
+--config.data.augment_rotation=10 --config.data.augment_scale=0.2
+--config.data.augment_shear=0.3 --config.data.augment_shift=2
+--config.num_steps=10000`` trains this learner as that one is trained. One model per
 seed serves all four settings (Snell et al. train a separate 5-shot model): tested on
 1,000 fixed episodes of 5-way 1-shot (the run's own evaluation), and with
 ``python -m hypernet.evaluate --set meta.num_ways=20 ...`` (``meta.num_shots=5``) the
