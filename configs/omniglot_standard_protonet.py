@@ -13,9 +13,10 @@ As Snell et al. (Sec. 3.1): 1-shot episodes of higher way than tested, 5 queries
 class, Adam at 1e-3 halved every 2,000 episodes (1,000 meta-steps of two), no
 distortion of the drawings (rotations as classes only). What fits 2 CPU cores differs:
 two 40-way episodes a meta-step, 5,000 meta-steps (10,000 episodes; half the
-support-conditioned hypernetwork config's meta-steps) instead of their 60-way episodes
-until the validation loss stops improving. That config also distorts the drawings and
-decays the rate by a cosine; ``--config.optim.schedule=cosine
+support-conditioned hypernetwork config's meta-steps, and that config's episodes are
+60-way as theirs) instead of their 60-way episodes until the validation loss stops
+improving. That config also distorts the drawings and decays the rate by a cosine;
+``--config.meta.train_ways=60 --config.optim.schedule=cosine
 --config.data.augment_rotation=10 --config.data.augment_scale=0.2
 --config.data.augment_shear=0.3 --config.data.augment_shift=2
 --config.num_steps=10000`` trains this learner as that one is trained. One model per

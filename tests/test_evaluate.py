@@ -305,10 +305,10 @@ def test_eval_config_keeps_a_support_hypernetwork_head_for_fewer_ways():
      "'support_hypernet', 'protonet' and 'support_adapter' (a head written per task) "
      "with "
      "config.meta.train_ways >= N serve any N-way."),
-    ("omniglot_standard_support_hypernet", ["meta.num_ways=41"],
-     "--set meta.num_ways=41: the run's per-task head has 40 outputs (config.meta."
-     "train_ways=40, num_ways=5 when trained), so it serves up to 40-way episodes; "
-     "meta-train with --config.meta.train_ways=41 or more."),
+    ("omniglot_standard_support_hypernet", ["meta.num_ways=61"],
+     "--set meta.num_ways=61: the run's per-task head has 60 outputs (config.meta."
+     "train_ways=60, num_ways=5 when trained), so it serves up to 60-way episodes; "
+     "meta-train with --config.meta.train_ways=61 or more."),
     ("omniglot_maml", ["meta.num_way=5"],
      "--set meta.num_way=5: config.meta has no field 'num_way'. Did you mean "
      "config.meta.num_ways?"),

@@ -236,7 +236,7 @@ def test_omniglot_learners_tables_each_learner_and_draws_a_curve_per_learner(tmp
           "--config.seed=SEED") in text
   assert [(l["label"], len(l["workdirs"]), l.get("dashed", False)) for l in drawn[0]] == [
       ("MAML, second order (Finn et al. 2017) (8 x 5-way a step)", 2, False),
-      ("support-conditioned hypernetwork (2 x 40-way a step)", 1, True)]
+      ("support-conditioned hypernetwork (2 x 60-way a step)", 1, True)]
 
   omniglot_learners.main(["--no-run", f"--root={root}", "--seeds=0", f"--out={out}",
                           f"--references_root={refs}", "--data_dir=/d"])
@@ -252,7 +252,7 @@ def test_omniglot_learners_tables_each_learner_and_draws_a_curve_per_learner(tmp
       "first-order MAML (Finn et al. 2017) (8 x 5-way a step)",
       "ANIL (Raghu et al. 2020) (8 x 5-way a step)",
       "MAML++ (Antoniou et al. 2019) (8 x 5-way a step)",
-      "support-conditioned hypernetwork (2 x 40-way a step)"]
+      "support-conditioned hypernetwork (2 x 60-way a step)"]
   image = np.asarray(Image.open(out / "omniglot_learners.png").convert("L"), np.float32)
   assert image.std() > 10  # Drawn on, not blank.
   with pytest.raises(FileNotFoundError, match="omniglot_standard_maml_s2 has no final"):
