@@ -27,6 +27,7 @@ Keras step runs Keras' element-wise BatchNorm and the functional call the fused 
     python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5] [--nobatch_norm]
         [--malloc_keep]
 """
+import contextlib
 import os
 import sys
 
@@ -45,6 +46,7 @@ import tensorflow as tf  # noqa: E402
 import fashion_mnist_hyper  # noqa: E402
 import timing  # noqa: E402
 import torch_reference  # noqa: E402
+from hypernet.numerics import accel, norm_relu_pool  # noqa: E402
 from hypernet.tasks import classification  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
@@ -55,6 +57,11 @@ flags.DEFINE_bool("jit", False, "jit_compile the steps (XLA).")
 flags.DEFINE_bool("malloc_keep", False, "glibc's malloc keeps freed memory for reuse "
                   "(torch_reference.keep_freed_memory): PyTorch's tensors stop page-faulting "
                   "on fresh memory. Process-wide, so the TF variants run with it too.")
+flags.DEFINE_bool("accelerate_meta", False, "Also time the hypernetwork step with the "
+                  "meta-learners' accelerations, as functional_call(..., accelerate='meta') "
+                  "runs it: on CPU each BatchNorm -> ReLU -> 2x2 max-pool block as one kernel "
+                  "and plain bias adds (hypernet.numerics.accel), and with the fused blocks "
+                  "alone.")
 flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
                   "as configs/fashion_mnist_hyper.py, which has it).")
 FLAGS = flags.FLAGS
@@ -72,10 +79,12 @@ def _loop(step_fn, batch):
   return timing.compiled_window(lambda: step_fn(batch))
 
 
-def _task_step(task, variables, optimizer):
+def _task_step(task, variables, optimizer, accelerations=None):
+  """``accelerations``: a context manager factory entered inside the traced step (where
+  hypernet's switches count), e.g. ``lambda: accel.scope("meta")``."""
   @tf.function(jit_compile=FLAGS.jit)
   def step(b):
-    with tf.GradientTape() as tape:
+    with tf.GradientTape() as tape, (accelerations or contextlib.nullcontext)():
       loss, _, state = task.train_loss(b, FLAGS.batch_size)
     optimizer.apply(tape.gradient(loss, variables), variables)
     task.apply_state(state)
@@ -114,13 +123,18 @@ def main(_):
     return loss
   runs = {"plain Keras": _loop(keras_step, batch)}
 
-  for name, kind in (("identity via functional_call", "none"), ("chunked hypernetwork", "chunked")):
+  variants = [("identity via functional_call", "none", None),
+              ("chunked hypernetwork", "chunked", None)]
+  if FLAGS.accelerate_meta:
+    variants += [("hypernetwork, fused blocks", "chunked", norm_relu_pool.scope),
+                 ("hypernetwork, accelerate='meta'", "chunked", lambda: accel.scope("meta"))]
+  for name, kind, accelerations in variants:
     cfg = _config(kind)
     task = classification.ClassificationTask(cfg, data)
     variables = task.trainable_variables
     opt_h = keras.optimizers.Adam(1e-3)
     opt_h.build(variables)
-    runs[name] = _loop(_task_step(task, variables, opt_h), batch)
+    runs[name] = _loop(_task_step(task, variables, opt_h, accelerations), batch)
     if kind == "chunked":
       counts = task.describe()
 
