@@ -6,6 +6,8 @@ equations (numpy); meta-gradients through the generation (and through Proto-MAML
 steps, second order) match float64 central finite differences; it trains in the one
 loop on real few-shot episodes (scikit-learn digits) well above chance.
 """
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -224,3 +226,21 @@ def test_trains_in_the_one_loop_on_digits_episodes(tmp_path, train_ways):
   assert not head & {id(v) for v in trainer.variables}  # generated, not trained
   # D = 2 * 2 * 16 = 64 features; phi: 64 -> 64 (ReLU) -> 64 + 1, and the scale.
   assert trainer.task.describe()["generator"] == 64 * 64 + 64 + 64 * 65 + 65 + 1
+
+
+@pytest.mark.slow
+def test_wide_episodes_on_the_standard_split_train(tmp_path, data_dir):
+  """Two 72-way episodes a meta-step on the full standard split (4,800 classes), three
+  steps through the command line's loop: Grappler folded the meta-batch loop's gradient
+  sum into one many-input AddN, and its memory optimiser rewrote that into a temporary
+  variable which collided inside the loop (AlreadyExistsError within the first chunk;
+  one step alone ran, 64-way ran, 68-way did not; tensorflow/tensorflow#23780). Now the
+  steps run, and the model is far above chance (1 / 72)."""
+  c = config_lib.load_config_file(str(pathlib.Path(__file__).parents[1] / "configs" /
+                                      "omniglot_standard_support_hypernet.py"))
+  c.data.data_dir = str(data_dir / "omniglot")
+  c.meta.train_ways = 72
+  c.num_steps, c.eval_every, c.checkpoint_every = 3, 0, 3
+  c.meta.eval_episodes = 10
+  metrics = loop.train_and_evaluate(c, str(tmp_path))  # As python -m hypernet.train does.
+  assert metrics["step"] == 3 and metrics["accuracy"] > 5 / 72, metrics

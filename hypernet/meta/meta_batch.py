@@ -511,7 +511,14 @@ def _accumulate(one_task, num_tasks, metric_names, stagger, parallel_iterations)
 
   def body(i, acc, state_sum, state_first, arrays, token):
     grads, result, task_state, token = one_task(i, token if stagger else None)
-    acc = [a + g for a, g in zip(acc, grads)]
+    # Under a control dependency Grappler's arithmetic optimiser does not fold this sum
+    # with the task gradient's own adds into one many-input AddN, which its memory
+    # optimiser rewrites into a temporary variable where its static peak-memory estimate
+    # passes half the free RAM, and that variable collides inside this loop
+    # (tensorflow/tensorflow#23780; test_support_hypernet's 72-way episodes). The
+    # trained weights are the same bit for bit as with the fold.
+    with tf.control_dependencies([i]):
+      acc = [a + g for a, g in zip(acc, grads)]
     state_sum = {p: state_sum[p] + task_state[p] for p in state_sum}
     state_first = {p: tf.where(tf.equal(i, 0), task_state[p], state_first[p])
                    for p in state_first}
