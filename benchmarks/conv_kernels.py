@@ -42,7 +42,16 @@ def _shapes(images, size=28, widths=(64, 64, 64, 64)):
   return shapes
 
 
-NETS = {"conv4": (64, 64, 64, 64), "cnn": (32, 64)}
+def _cnn_widths():
+  """The ``fashion_mnist_hyper`` target's convolution widths, read from its config."""
+  import sys  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.join(HERE, "..", "configs"))
+  import fashion_mnist_hyper  # pylint: disable=g-import-not-at-top
+  return tuple(fashion_mnist_hyper.get_config().model.conv_widths)
+
+
+#: Each ``--net``'s convolution widths (a callable: read when chosen).
+NETS = {"conv4": lambda: (64, 64, 64, 64), "cnn": _cnn_widths}
 
 
 def _tf_calls(shape, out, calls):
@@ -120,7 +129,7 @@ def main():
   batches = ((("query", args.queries), ("support", args.support)) if args.net == "conv4"
              else (("batch", args.batch),))
   for label, images in batches:
-    for block, (shape, out) in enumerate(_shapes(images, widths=NETS[args.net]), 1):
+    for block, (shape, out) in enumerate(_shapes(images, widths=NETS[args.net]()), 1):
       calls = {name: make(shape, out, args.calls) for name, make in frameworks.items()}
       for fns in calls.values():  # Warm-up: traces, oneDNN primitive creation.
         for fn in fns:

@@ -20,12 +20,12 @@ starting variant rotating), so load from other jobs hits all of them; rates are 
 over ``--repeats`` rounds. Prints steps/s and each variant's step time relative to
 plain Keras (wall and process CPU time); the hypernetwork's is the main figure.
 
-With BatchNorm in the target (the config's default since the sixth session) the plain
+With BatchNorm in the target (the config's default) the plain
 Keras step runs Keras' element-wise BatchNorm and the functional call the fused kernel
 (``hypernet/numerics/fused_norm.py``); ``--nobatch_norm`` times the target without it.
 
     python benchmarks/step_ratio.py [--batch_size=128] [--steps=50] [--repeats=5] [--nobatch_norm]
-        [--malloc_keep]
+        [--malloc_keep] [--accelerate_meta]
 """
 import contextlib
 import os
