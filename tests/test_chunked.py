@@ -72,14 +72,16 @@ def test_centring_sets_the_output_bias(center):
     assert np.std(raw.mean(0)) > 0.2  # The shared pattern W_out . mean(h) the centring removes.
 
 
-@pytest.mark.parametrize("emb_multiplier,head_multiplier,hidden", [
-    (1.0, 1.0, (8,)), (10.0, 1.0, (8,)), (1.0, 30.0, (8,)), (1.0, 1.0, ())])
-def test_gradients_match_float64_finite_differences(emb_multiplier, head_multiplier, hidden):
+@pytest.mark.parametrize("emb_multiplier,head_multiplier,hidden,output_major", [
+    (1.0, 1.0, (8,), False), (10.0, 1.0, (8,), False), (1.0, 30.0, (8,), False),
+    (1.0, 1.0, (), False), (1.0, 1.0, (8,), True)])
+def test_gradients_match_float64_finite_differences(emb_multiplier, head_multiplier, hidden,
+                                                    output_major):
   target = _target("float64")
   spec = functional.weight_spec(target, "conv*/*,dense*/*,head/*")
   hnet = ChunkedHypernetwork(spec, chunk_size=256, chunk_emb_dim=5, hidden=hidden,
                              dtype="float64", seed=3, emb_multiplier=emb_multiplier,
-                             head_multiplier=head_multiplier)
+                             head_multiplier=head_multiplier, output_major=output_major)
   x = tf.random.stateless_uniform((6, 8, 8, 1), seed=[0, 1], dtype=tf.float64)
   y = tf.constant([0, 1, 2, 3, 4, 5])
 
@@ -259,3 +261,40 @@ def test_head_precondition_solves_the_damped_normal_equations():
   np.testing.assert_allclose(plain[kernel_path].numpy(), h.T @ g, rtol=1e-9, atol=1e-12)
   with pytest.raises(ValueError, match="head_precondition"):
     ChunkedHypernetwork(spec, chunk_size=256, head_precondition=-1.0)
+
+
+def test_output_major_chunks_hold_whole_units():
+  """``output_major=True``: a Dense kernel ``[in, out]`` is generated as ``[out, in]``, so
+  with ``chunk_size = in`` chunk ``c`` is exactly unit ``c``'s incoming weights (column
+  ``c``); Keras' layout puts input ``c``'s outgoing weights (row ``c``) there. Conv kernels
+  ``[kh, kw, in, out]`` come as ``[out, kh, kw, in]``; biases as they are; with a batch of
+  conditions the leading axis is kept."""
+  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="d"),
+                            keras.layers.Dense(3, name="o")])
+  spec = functional.weight_spec(model)
+  for output_major in (False, True):
+    hnet = ChunkedHypernetwork(spec, chunk_size=6, chunk_emb_dim=3, hidden=(5,),
+                               output_major=output_major, num_conditions=2, condition_dim=2)
+    weights = hnet([0, 1])
+    flat = hnet.flat_weights(condition=hnet.condition_vectors([0, 1])).numpy()
+    kernel = weights["d/kernel"].numpy()                        # [2, 6, 4]
+    chunks = flat[:, :24].reshape(2, 4, 6)                      # [S, C, chunk_size]
+    for c in range(4):
+      got = kernel[:, :, c] if output_major else kernel[:, c, :4]
+      want = chunks[:, c] if output_major else flat[:, 4 * c: 4 * c + 4]
+      np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(weights["d/bias"].numpy(), flat[:, 24:28], rtol=1e-6)
+    o_kernel = flat[:, 28:40].reshape((2, 3, 4) if output_major else (2, 4, 3))
+    np.testing.assert_allclose(weights["o/kernel"].numpy(),
+                               o_kernel.transpose(0, 2, 1) if output_major else o_kernel,
+                               rtol=1e-6)
+
+  conv = _target()
+  spec = functional.weight_spec(conv, "conv*/kernel")
+  hnet = ChunkedHypernetwork(spec, chunk_size=100, chunk_emb_dim=3, hidden=(5,),
+                             output_major=True)
+  kernel, flat = hnet()[list(spec)[0]].numpy(), hnet.flat_weights().numpy()
+  shape = tuple(spec[list(spec)[0]].shape)                     # (3, 3, 1, 4)
+  np.testing.assert_allclose(
+      kernel, flat[:kernel.size].reshape((shape[-1],) + shape[:-1]).transpose(1, 2, 3, 0),
+      rtol=1e-6)

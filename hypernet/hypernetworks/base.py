@@ -206,19 +206,32 @@ class Hypernetwork(keras.Model):
     raise NotImplementedError
 
   # -- helpers --------------------------------------------------------------------
-  def split(self, flat: tf.Tensor, unused_tail: int = 0) -> Dict[str, tf.Tensor]:
+  def split(self, flat: tf.Tensor, unused_tail: int = 0,
+            output_major: bool = False) -> Dict[str, tf.Tensor]:
     """Cuts ``[..., P + unused_tail]`` into ``{path: [..., *shape]}`` (leading axes kept),
     cast to the spec's dtypes; the last ``unused_tail`` scalars are dropped (their
-    gradient is zero)."""
+    gradient is zero).
+
+    ``output_major=True``: a tensor of rank >= 2 is read from ``flat`` with its last
+    (output) axis first, ``[s_n, s_1, ..., s_{n-1}]`` (a Dense kernel ``[in, out]`` as
+    ``[out, in]``, each unit's incoming weights contiguous, as PyTorch's
+    ``Linear.weight``), then transposed to its Keras shape; rank 0-1 tensors as they are.
+    """
     if unused_tail:
       parts = tf.split(flat, list(self.sizes) + [int(unused_tail)], axis=-1)[:-1]
     else:
       parts = tf.split(flat, self.sizes, axis=-1)
     lead = tf.shape(flat)[:-1]
+    batched = flat.shape.rank > 1
     out = {}
     for p, t, s, d in zip(self.paths, parts, self.shapes, self.dtypes):
-      t = tf.reshape(t, tf.concat([lead, tf.constant(s, tf.int32)], 0)) if flat.shape.rank > 1 \
-          else tf.reshape(t, s)
+      moved = output_major and len(s) >= 2
+      read = (s[-1],) + tuple(s[:-1]) if moved else tuple(s)
+      t = tf.reshape(t, tf.concat([lead, tf.constant(read, tf.int32)], 0)) if batched \
+          else tf.reshape(t, read)
+      if moved:   # [..., s_n, s_1, ..., s_{n-1}] -> [..., s_1, ..., s_n]
+        k = flat.shape.rank - 1
+        t = tf.transpose(t, list(range(k)) + list(range(k + 1, k + len(s))) + [k])
       out[p] = tf.cast(t, d) if t.dtype != d else t
     return out
 

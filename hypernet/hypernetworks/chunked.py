@@ -49,6 +49,12 @@ class ChunkedHypernetwork(base.Hypernetwork):
       :class:`hypernet.hypernetworks.base.Hypernetwork`).
     condition_dim: their size; the generator's input for chunk ``c`` is then
       ``[e_c ; condition]`` (von Oswald et al. 2020, Sec. 3.1).
+    output_major: ``True``: every kernel (rank >= 2) is generated with its output axis
+      first and transposed to Keras' layout (a Dense kernel ``[in, out]`` generated as
+      ``[out, in]``: a chunk holds whole units' incoming weights, as in von Oswald et
+      al. 2020's and PyTorch's layout, instead of whole inputs' outgoing weights).
+      What it changes on permuted MNIST: docs/hypernetworks.md ("Output-major chunks").
+      ``False``: Keras' row-major layout.
     condition_per_chunk: ``True``: every chunk gets a condition of its own, so a task
       shifts each chunk's generator input separately instead of all by one vector (as
       hypnettorch's ``cond_chunk_embs``, conditional chunk embeddings): the condition
@@ -78,9 +84,11 @@ class ChunkedHypernetwork(base.Hypernetwork):
                hidden: Sequence[int] = (64,), activation: str = "relu",
                init: str = "hyperfan_in", center: bool = True, emb_multiplier: float = 1.0,
                head_multiplier: float = 1.0, head_precondition: float = 0.0, num_conditions: int = 0,
-               condition_dim: int = 0, condition_per_chunk: bool = False, seed: int = 0,
+               condition_dim: int = 0, condition_per_chunk: bool = False,
+               output_major: bool = False, seed: int = 0,
                dtype=None, name: str = "hypernetwork"):
     self.condition_per_chunk = bool(condition_per_chunk)
+    self.output_major = bool(output_major)
     self.chunk_condition_dim = int(condition_dim)
     if self.condition_per_chunk:
       if condition_dim <= 0:
@@ -177,7 +185,8 @@ class ChunkedHypernetwork(base.Hypernetwork):
                               self.embeddings if embeddings is None else embeddings)
 
   def flat_weights(self, embeddings=None, condition=None) -> tf.Tensor:
-    """All generated scalars as one vector ``[P]`` (``[S, P]`` for ``S`` conditions).
+    """All generated scalars as one vector ``[P]`` (``[S, P]`` for ``S`` conditions), in
+    the order they are generated (each tensor output-major when ``output_major``).
 
     Args:
       embeddings: chunk embeddings ``[C, d_e]`` to use instead of the learned ones (as the
@@ -245,4 +254,4 @@ class ChunkedHypernetwork(base.Hypernetwork):
     gradient scatters into a zero vector of the full size: 0.3 ms of a 20 ms step of
     ``benchmarks/step_ratio.py``)."""
     flat = self._flat(self._chunks(condition=condition)) * self._gain_padded + self._mean_padded
-    return self.split(flat, unused_tail=self._pad)
+    return self.split(flat, unused_tail=self._pad, output_major=self.output_major)
