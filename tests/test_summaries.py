@@ -158,10 +158,11 @@ def test_hparams_are_the_fields_the_run_uses():
   assert not {"data.omniglot_zips", "data.rotations", "hypernet.z_dim", "model.alpha",
               "optim.momentum", "optim.weight_decay", "jit_compile"} & set(hyper)
   assert {"hypernet.emb_multiplier", "hypernet.head_multiplier",
-          "hypernet.head_precondition", "hypernet.activation"} <= set(hyper)
+          "hypernet.head_precondition", "hypernet.activation",
+          "hypernet.output_major"} <= set(hyper)
   # The classification pipeline's distortions (data.augment_*) are the run's fields too.
   assert {"data.augment_rotation", "data.augment_scale", "data.augment_shear"} <= set(hyper)
-  assert len(hyper) == 40 < len(config_lib.flatten(digits_hyper.get_config()))  # all fields
+  assert len(hyper) == 41 < len(config_lib.flatten(digits_hyper.get_config()))  # all fields
   assert "hypernet.condition_per_chunk" not in hyper     # unconditional: unused
   continual = config_lib.hparams(config_lib.load_config_file(
       os.path.join(os.path.dirname(digits_hyper.__file__), "permuted_fmnist_hnet.py")))
