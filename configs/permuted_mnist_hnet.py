@@ -35,7 +35,7 @@ As committed, seeds 0-2: CL1 94.26% (94.69 / 94.93 / 93.15), forgetting 0.01 (0.
 
 Cost, 2 cores (experiments/RESULTS_continual.md): on an Intel Xeon (Sapphire Rapids
 class) seeds 0 and 1 took 4,815-4,839 s beside two or three other trainings (10-12 steps/s),
-seed 2 3,560 s (the last 5,000 steps alone at 42 steps/s); in Keras' layout the three
+seed 2 3,560 s (its last 10,000 steps alone, 40-42 steps/s); in Keras' layout the three
 seeds at once on a Zen 4 EPYC took 7,264-7,293 s each (~7 steps/s each); regularising every past task each step
 (``--config.continual.past_tasks_per_step=0``) runs at 1.5-2 steps/s at that load: ~8 h
 (~4 h alone).

@@ -277,12 +277,12 @@ def test_output_major_chunks_hold_whole_units():
                                output_major=output_major, num_conditions=2, condition_dim=2)
     weights = hnet([0, 1])
     flat = hnet.flat_weights(condition=hnet.condition_vectors([0, 1])).numpy()
-    kernel = weights["d/kernel"].numpy()                        # [2, 6, 4]
+    kernel = weights["d/kernel"].numpy()                        # [S=2, in=6, out=4]
     chunks = flat[:, :24].reshape(2, 4, 6)                      # [S, C, chunk_size]
-    for c in range(4):
-      got = kernel[:, :, c] if output_major else kernel[:, c, :4]
-      want = chunks[:, c] if output_major else flat[:, 4 * c: 4 * c + 4]
-      np.testing.assert_allclose(got, want, rtol=1e-6)
+    if output_major:   # chunk c = unit c's 6 incoming weights = kernel[:, :, c]
+      np.testing.assert_allclose(kernel.transpose(0, 2, 1), chunks, rtol=1e-6)
+    else:              # row-major [in, out]: input i's 4 outgoing weights, in order
+      np.testing.assert_allclose(kernel, flat[:, :24].reshape(2, 6, 4), rtol=1e-6)
     np.testing.assert_allclose(weights["d/bias"].numpy(), flat[:, 24:28], rtol=1e-6)
     o_kernel = flat[:, 28:40].reshape((2, 3, 4) if output_major else (2, 4, 3))
     np.testing.assert_allclose(weights["o/kernel"].numpy(),
