@@ -430,7 +430,12 @@ def test_dispatch_only_for_a_2x2_valid_pool_of_a_fused_batch_norm_relu(case):
   else:
     assert float(loss) == float(ref_loss)
   for p in weights:
-    if case == "eligible":
+    if case == "no_batch_norm" and p == "conv/bias":
+      # conv -> ReLU -> pool without BatchNorm runs pool first (tests/test_pool_first.py):
+      # the bias gradient is the same sum over the pooled tensor, equal to rounding.
+      np.testing.assert_allclose(grads[p].numpy(), ref_grads[p].numpy(), rtol=1e-6,
+                                 err_msg=p)
+    elif case == "eligible":
       np.testing.assert_allclose(grads[p].numpy(), ref_grads[p].numpy(), rtol=1e-4,
                                  atol=1e-6, err_msg=p)
     else:

@@ -33,7 +33,9 @@ def choose(accelerate: Accelerate = True, kind: Optional[str] = None) -> Dict[st
   ``fused_blocks``     off              on               CPU, while tracing, not under XLA
   ==================== ================ ================ ==================================
 
-  ``False`` turns all three off. ``"meta"`` is what the meta-learners pass: there plain
+  ``fused_blocks``: BatchNorm -> ReLU -> 2x2 max-pool on one kernel
+  (:mod:`.norm_relu_pool`) and conv -> bias -> ReLU -> 2x2 max-pool pooled first
+  (:mod:`.pool_first`). ``False`` turns all three off. ``"meta"`` is what the meta-learners pass: there plain
   bias adds and fused blocks were measured faster; in the hypernetwork step plain bias
   adds were not faster and moved its results by seed noise, so ``True`` (the default)
   keeps Keras' own bias adds and blocks. Each one still falls back to Keras' own code

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional, Sequence, Tuple
 import keras
 import tensorflow as tf
 
-from hypernet.numerics import compat, devices, second_order
+from hypernet.numerics import compat, devices, pool_first, second_order
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels",
                        "norm_relu_pool.cc")
@@ -359,10 +359,17 @@ def _grad_grad(op, ddx, ddgamma, ddbeta):
 
 # --- Dispatch: the pool of a fused BatchNorm's ReLU computes the whole block. ----------
 
-def is_active() -> bool:
-  """Whether, in this thread right now, eligible blocks are fused (``docs/numerics.md``)."""
+def _switched_on() -> bool:
+  """Whether, in this thread right now, the fused blocks are on (a graph being traced on
+  CPU inside :func:`scope`, not inside :func:`disabled`)."""
   return (_unavailable is None and _on.on() and not _off.on()
-          and not tf.executing_eagerly() and _cpu_only() and library() is not None)
+          and not tf.executing_eagerly() and _cpu_only())
+
+
+def is_active() -> bool:
+  """Whether, in this thread right now, eligible BatchNorm blocks are fused on the kernel
+  (``docs/numerics.md``)."""
+  return _switched_on() and library() is not None
 
 
 def _cpu_only() -> bool:
@@ -391,9 +398,15 @@ def _fusable_pool(layer, inputs) -> Optional[Callable[[], tf.Tensor]]:
 
 
 def _dispatching_pool_call(self, inputs):
-  fuse = _fusable_pool(self, inputs)
-  if fuse is not None:
-    return fuse()
+  """``MaxPooling2D.call`` inside :func:`scope`: a fused BatchNorm's block on the kernel,
+  else a bias -> ReLU block pooled first (:mod:`.pool_first`), else Keras' own pool."""
+  if type(self).call is _dispatching_pool_call and _switched_on():
+    fuse = _fusable_pool(self, inputs)
+    if fuse is not None:
+      return fuse()
+    pooled = pool_first.pooled_block(self, inputs)
+    if pooled is not None:
+      return pooled
   return _original_pool_call(self, inputs)
 
 
