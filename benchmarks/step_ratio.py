@@ -60,8 +60,9 @@ flags.DEFINE_bool("malloc_keep", False, "glibc's malloc keeps freed memory for r
 flags.DEFINE_bool("accelerate_meta", False, "Also time the hypernetwork step with the "
                   "meta-learners' accelerations, as functional_call(..., accelerate='meta') "
                   "runs it: on CPU each BatchNorm -> ReLU -> 2x2 max-pool block as one kernel "
-                  "and plain bias adds (hypernet.numerics.accel), and with the fused blocks "
-                  "alone.")
+                  "(--nobatch_norm: each conv -> bias -> ReLU -> 2x2 max-pool block pooled "
+                  "first) and plain bias adds (hypernet.numerics.accel), and with the fused "
+                  "blocks alone.")
 flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
                   "as configs/fashion_mnist_hyper.py, which has it).")
 FLAGS = flags.FLAGS
