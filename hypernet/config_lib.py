@@ -77,6 +77,8 @@ CHOICES = {
     "continual.task_inference": ("entropy", "ppca"),
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
+    # The classification step's functional call (hypernet/numerics/accel.py, ACCELERATE).
+    "accelerate": ("default", "meta", "off"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
     # Omniglot feeds few-shot episodes only (hypernet/tasks/meta_learning.py).
     "data.name": DATASETS.declared_names() + ("omniglot",),
@@ -693,7 +695,8 @@ HPARAMS_FIRST = ("optim.lr", "hypernet.kind", "hypernet.chunk_size", "batch_size
 # Fields that steer how a run is executed, observed or saved, not what it learns.
 _NOT_HPARAMS = ("summaries.", "fault.", "log_every", "console_every", "eval_every",
                 "checkpoint_every",
-                "checkpoint_keep", "deterministic", "jit_compile", "eval_batch_size",
+                "checkpoint_keep", "deterministic", "jit_compile", "accelerate",
+                "eval_batch_size",
                 "data.data_dir", "meta.parallel")
 _MODEL_FIELDS = {
     "cnn": ("conv_widths", "kernel_size", "pool", "dense_widths", "batch_norm", "dropout",
@@ -821,6 +824,7 @@ def _execution_field_used(config, field: str) -> bool:
   return {"summaries.kernel_images": bool(s.every), "summaries.max_filters": bool(s.every),
           "summaries.profile_start": bool(s.profile_steps),
           "fault.max_skips": f.nonfinite == "skip",
+          "accelerate": config.task == "classification",
           "data.data_dir": config.task != "sinusoid" and "data_dir" in DATASETS.declared().get(
               config.data.name, {"data_dir": ""}),   # Omniglot and plug-ins read it too.
           }.get(field, True)
@@ -973,6 +977,11 @@ def base_config():
   c.checkpoint_keep = 3
   c.distribution = "auto"      # auto | one_device | mirrored | multi_worker | tpu
   c.jit_compile = "auto"       # auto (on for GPU/TPU, off on CPU) | true | false
+  # classification: the target's functional call (hypernet/numerics/accel.py). default:
+  # Keras' bias adds and blocks (the committed results' rounding); meta: on CPU the fused
+  # blocks and plain bias adds, as the meta-learners' calls (docs/performance.md: the
+  # hypernetwork step 1.38x with BatchNorm; rounding differs); off: Keras' own code.
+  c.accelerate = "default"
   c.dtype_policy = "float32"   # float32 | mixed_bfloat16 | mixed_float16 (loss scaling)
   _data_and_model_defaults(c)
   c.hypernet = _hypernet_defaults()

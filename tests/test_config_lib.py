@@ -172,6 +172,8 @@ def test_choices_agree_with_the_modules_that_use_them():
   assert config_lib.CHOICES["continual.method"] == continual_learning.METHODS
   assert config_lib.CHOICES["continual.benchmark"] == continual_learning.BENCHMARKS
   assert config_lib.CHOICES["continual.task_inference"] == continual_learning.TASK_INFERENCE
+  from hypernet.numerics import accel
+  assert config_lib.CHOICES["accelerate"] == tuple(accel.CONFIG_VALUES)
 
 
 @pytest.mark.parametrize("field,value", [("optim.name", "adm"), ("hypernet.kind", "chunkd"),

@@ -5,7 +5,8 @@ with the fused blocks off (TensorFlow's own ops in Keras' order): the graph comp
 the bias and the ReLU on the pooled tensor; the values are equal bit for bit; the
 kernels' gradients are equal bit for bit and the biases' to rounding; float64 second
 derivatives (Hessian-vector products) agree; a hand-computed block; what is not
-rewritten (other pools, a BatchNorm's offset, Dense layers, eager calls).
+rewritten (other pools, a BatchNorm's offset, Dense layers, eager calls); the
+classification step's ``config.accelerate``.
 """
 import collections
 
@@ -15,9 +16,11 @@ import pytest
 import tensorflow as tf
 
 import hypernet as hn
+from hypernet import config_lib
 from hypernet.core import functional
+from hypernet.data import base as data_base
 from hypernet.numerics import accel, pool_first
-from hypernet.tasks import targets
+from hypernet.tasks import classification, targets
 
 
 def _relu_shapes(concrete):
@@ -178,3 +181,38 @@ def test_eager_calls_are_not_rewritten():
   conv = tf.nn.conv2d(z, tf.ones([1, 1, 3, 3]), 1, "VALID")
   relu = tf.nn.relu(tf.nn.bias_add(conv, tf.constant([0.1, -0.2, 0.3])))
   assert pool_first.pooled_block(keras.layers.MaxPooling2D(2), relu) is None
+
+
+@pytest.mark.parametrize("value", ["default", "meta", "off"])
+def test_classification_step_follows_config_accelerate(value):
+  """``config.accelerate`` reaches the Trainer's classification step: ``"meta"`` pools
+  first and adds the target's biases without ``BiasAdd``; ``"default"`` and ``"off"``
+  keep Keras' bias adds and order (no BatchNorm here for them to differ on); the forward
+  values are the same bit for bit."""
+  rng = np.random.default_rng(6)
+  data = data_base.ImageClassificationData(
+      name="random", x_train=rng.integers(0, 256, (16, 8, 8, 1)).astype(np.uint8),
+      y_train=rng.integers(0, 4, 16), x_test=rng.integers(0, 256, (8, 8, 8, 1)).astype(np.uint8),
+      y_test=rng.integers(0, 4, 8), num_classes=4, pixel_scale=1 / 255.0)
+  c = config_lib.base_config()
+  c.model.conv_widths, c.model.dense_widths = (3, 5), (6,)
+  c.hypernet.kind = "chunked"
+  c.hypernet.chunk_size = 64
+  losses, bias_adds = {}, {}
+  for v in ("default", value):
+    c.accelerate = v
+    keras.utils.set_random_seed(0)
+    task = classification.ClassificationTask(c, data)
+    batch = {"image": tf.constant(data.x_train[:16], tf.float32) * data.pixel_scale,
+             "label": tf.constant(data.y_train[:16])}
+    step = tf.function(lambda b, task=task: task.train_loss(b, 16)[0])
+    concrete = step.get_concrete_function(batch)
+    losses[v] = float(step(batch))
+    shapes = _relu_shapes(concrete)
+    bias_adds[v] = collections.Counter(op.type for op in concrete.graph.get_operations())[
+        "BiasAdd"]
+    pooled = (16, 4, 4, 3) in shapes   # conv1's block after the pool: ReLU on [16, 4, 4, 3]
+    assert pooled == (v == "meta"), (v, shapes)
+  assert losses[value] == losses["default"]
+  # The target's 4 bias adds are plain adds in "meta" (the generator's own stay BiasAdd).
+  assert bias_adds[value] == bias_adds["default"] - (4 if value == "meta" else 0), bias_adds

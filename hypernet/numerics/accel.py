@@ -21,6 +21,9 @@ PROFILES = (True, "meta", False)
 
 Accelerate = Union[bool, str]
 
+#: ``config.accelerate`` (the classification step's call) -> ``accelerate=``.
+CONFIG_VALUES = {"default": True, "meta": "meta", "off": False}
+
 
 def choose(accelerate: Accelerate = True, kind: Optional[str] = None) -> Dict[str, bool]:
   """The policy: ``{acceleration: on}`` for a functional call.

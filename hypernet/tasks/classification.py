@@ -15,6 +15,7 @@ import tensorflow as tf
 from hypernet import data as data_lib
 from hypernet.core import functional
 from hypernet.hypernetworks import source as sources
+from hypernet.numerics import accel
 from hypernet.tasks import targets, objectives
 from hypernet.tasks.protocol import (  # pylint: disable=unused-import
     TASK_INTERFACE, TASKS, Task, TaskAdapter, as_task, missing_members)
@@ -66,8 +67,10 @@ class ClassificationTask(Task):
 
   def _forward(self, batch, training):
     weights = self.source.weights()
-    return functional.functional_call(self.target, weights, batch["image"], training=training,
-                                      return_state=True, return_losses=True)
+    return functional.functional_call(
+        self.target, weights, batch["image"], training=training, return_state=True,
+        return_losses=True,
+        accelerate=accel.CONFIG_VALUES[self.config.get("accelerate", "default")])
 
   def train_loss(self, batch, global_batch_size):
     logits, state, losses = self._forward(batch, training=True)
