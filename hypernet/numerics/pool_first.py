@@ -43,9 +43,9 @@ def _biased_input(pre: tf.Tensor):
   in NHWC, or a broadcast add as :mod:`.plain_bias` writes it), ``add`` applying the same
   bias to a tensor of ``z``'s rank; ``None`` otherwise."""
   op = pre.op
-  channels = pre.shape[-1]
-  if channels is None:
+  if pre.shape.rank != 4 or pre.shape[-1] is None:
     return None
+  channels = pre.shape[-1]
   if op.type == "BiasAdd":
     if op.get_attr("data_format") not in (b"NHWC", "NHWC"):
       return None
@@ -89,7 +89,7 @@ def pooled_block(layer, inputs) -> Optional[tf.Tensor]:
   if found is None:
     return None
   z, add = found
-  if z.op.type not in _CONVOLUTIONS:
+  if z.op.type not in _CONVOLUTIONS or z.op.get_attr("data_format") not in (b"NHWC", "NHWC"):
     return None
   pooled = tf.nn.max_pool2d(z, 2, 2, "VALID")
   return tf.nn.relu(add(pooled))
