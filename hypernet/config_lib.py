@@ -77,7 +77,7 @@ CHOICES = {
     "continual.task_inference": ("entropy", "ppca"),
     "distribution": ("auto", "one_device", "mirrored", "multi_worker", "tpu"),
     "jit_compile": ("auto", "true", "false", "True", "False"),
-    # The classification step's functional call (hypernet/numerics/accel.py, ACCELERATE).
+    # The classification step's functional call (hypernet/numerics/accel.py, CONFIG_VALUES).
     "accelerate": ("default", "meta", "off"),
     "dtype_policy": ("float32", "mixed_bfloat16", "mixed_float16"),
     # Omniglot feeds few-shot episodes only (hypernet/tasks/meta_learning.py).

@@ -386,7 +386,9 @@ def register_batch_norm(y: tf.Tensor, fuse: Callable[[], tf.Tensor]) -> None:
 
 
 def _fusable_pool(layer, inputs) -> Optional[Callable[[], tf.Tensor]]:
-  if type(layer).call is not _dispatching_pool_call or not is_active():
+  """The registered BatchNorm block ``layer`` pools, if any; called by the dispatcher
+  once the fused blocks are switched on (:func:`_switched_on`)."""
+  if library() is None:
     return None
   if (tuple(layer.pool_size) != (2, 2) or tuple(layer.strides) != (2, 2)
       or layer.padding != "valid" or layer.data_format != "channels_last"):
