@@ -1020,7 +1020,7 @@ def _data_and_model_defaults(c) -> None:
   c.model.dense_widths = (64,)
   c.model.batch_norm = False
   c.model.dropout = 0.0
-  c.model.kernel_l2 = 0.0      # cnn: L2(c) on every kernel (classification tasks add it)
+  c.model.kernel_l2 = 0.0      # cnn: L2(c) on every kernel used (classification, continual)
   c.model.alpha = 0.35         # mobilenet_v2: width multiplier
   c.model.image_size = 32      # mobilenet_v2: images are resized to this (>= 32)
   c.model.bn_momentum = 0.0    # mobilenet_v2: BatchNorm momentum (0: the application's 0.999)

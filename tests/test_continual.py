@@ -210,6 +210,32 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
     assert json.load(f)["cl1/forgetting"] == pytest.approx(result["cl1/forgetting"])
 
 
+@pytest.mark.parametrize("method", ["hnet", "finetune"])
+def test_kernel_l2_penalises_the_weights_used(method):
+  """``config.model.kernel_l2 = c`` adds ``c * sum(w**2)`` over the target's kernels, the
+  ones generated for the batch's task under ``hnet`` (the target's own under
+  ``finetune``), to the training loss, and logs it as ``regularization_loss``."""
+  from hypernet.core import functional  # pylint: disable=g-import-not-at-top
+  c = 1e-2
+  task = continual_learning.ContinualTask(_config(method=method, **{"model.kernel_l2": c}))
+  assert "regularization_loss" in task.metric_names
+  data = task.tasks[1]
+  x = tf.constant(data.x_train[:16], tf.float32) * data.pixel_scale
+  y = tf.constant(data.y_train[:16], tf.int32)
+  batch = {"image": x, "label": y, "task": tf.constant(1), "step": tf.constant(50)}
+  loss, sums, _ = task.train_loss(batch, 16)
+  weights = (task.source.weights(tf.constant(1)) if method == "hnet" else
+             functional.variable_paths(task.target))
+  l2 = c * sum(float(tf.reduce_sum(tf.square(w))) for p, w in weights.items()
+               if p.endswith("kernel"))
+  assert l2 > 0
+  logits = task._logits(x, tf.constant(1), training=True)[0]  # pylint: disable=protected-access
+  ce = float(tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits)))
+  penalty = float(task.penalty(tf.constant(1), tf.constant(50)))
+  assert float(sums["regularization_loss"][0]) == pytest.approx(l2, rel=1e-5)
+  assert float(loss) == pytest.approx(ce + l2 + penalty, rel=1e-5)
+
+
 def test_bad_ppca_components_is_a_config_error(tmp_path):
   from hypernet import config_lib  # pylint: disable=g-import-not-at-top
   config = _config(**{"continual.task_inference": "ppca", "continual.ppca_components": 0})

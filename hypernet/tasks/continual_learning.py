@@ -18,7 +18,7 @@ from hypernet.continual import regularizers, task_inference
 from hypernet.core import functional
 from hypernet.core.registry import ConfigError
 from hypernet.hypernetworks import source as sources
-from hypernet.tasks import targets, objectives, protocol
+from hypernet.tasks import classification, targets, objectives, protocol
 from hypernet import data as data_lib
 from hypernet.data import continual as cl_data
 from hypernet.data import pipeline
@@ -91,7 +91,11 @@ class ContinualTask(protocol.Task):
     self._make_state(cc)
     self._make_source(config)
     self._make_task_stats()
-    self.metric_names = ["loss", "accuracy", "cl_penalty"]
+    # The target's own penalties (config.model.kernel_l2: on the weights actually used,
+    # generated ones included) join the objective and the metrics, as in classification.
+    self.has_losses = classification.has_losses(self.target, self.tasks[0].image_shape)
+    self.metric_names = ["loss", "accuracy", "cl_penalty"] + (
+        ["regularization_loss"] if self.has_losses else [])
     self.event_every = self.steps_per_task
     # The optimiser restarts at each task (_reset_optimizer_slots): a learning-rate
     # schedule spans one task.
@@ -239,21 +243,22 @@ class ContinualTask(protocol.Task):
             zip(self.task_stat_paths, getattr(self.state, "task_stats", []))}
 
   def _logits(self, x, task, training):
-    """Logits ``[B, c]`` of the given task (CL1) and the new non-trainable state (the
+    """Logits ``[B, c]`` of the given task (CL1), the new non-trainable state (the
     per-task statistics as ``_TASK_STATS + path`` entries: the whole ``[T, ...]`` table
-    with row ``task`` replaced, written by :meth:`apply_state`)."""
+    with row ``task`` replaced, written by :meth:`apply_state`) and the target's own
+    losses for the weights used (``functional_call(..., return_losses=True)``)."""
     if self.method in ("hnet", "independent"):
-      logits, state = functional.functional_call(
+      logits, state, losses = functional.functional_call(
           self.target, self.source.weights(task), x, training=training, return_state=True,
-          state=self._task_state(task) or None)
+          state=self._task_state(task) or None, return_losses=True)
       for q, table in zip(self.task_stat_paths, getattr(self.state, "task_stats", [])):
         row = tf.reshape(tf.cast(task, tf.int32), [1, 1])
         state[_TASK_STATS + q] = tf.tensor_scatter_nd_update(table, row, state.pop(q)[None])
-      return logits, state
-    logits, state = functional.functional_call(self.target, None, x, training=training,
-                                               return_state=True)
+      return logits, state, losses
+    logits, state, losses = functional.functional_call(
+        self.target, None, x, training=training, return_state=True, return_losses=True)
     heads = tf.reshape(logits, [-1, self.num_tasks, self.classes])
-    return tf.gather(heads, task, axis=1), state
+    return tf.gather(heads, task, axis=1), state, losses
 
   def _past_outputs(self, ids, delta=None):
     """``[S, P]``: the hypernetwork's flattened outputs for task ids ``ids``, at
@@ -293,9 +298,10 @@ class ContinualTask(protocol.Task):
     task = batch["task"]
     lookahead = self.method == "hnet" and self.config.continual.lookahead
     with tf.GradientTape(watch_accessed_variables=lookahead) as tape:
-      logits, state = self._logits(batch["image"], task, training=True)
+      logits, state, losses = self._logits(batch["image"], task, training=True)
       per_example, sums = objectives.classification(logits, batch["label"])
       loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+      loss = classification.add_regularization(loss, losses, sums)
     delta = None
     if lookahead:  # One SGD step of the task loss alone, a constant of the penalty.
       variables = functional.variable_paths(self.hnet, trainable=True)
@@ -311,8 +317,9 @@ class ContinualTask(protocol.Task):
   def eval_sums(self, batch):
     task, x, y = batch["task"], batch["image"], tf.cast(batch["label"], tf.int32)
     weight = batch.get("weight", tf.ones_like(y, tf.float32))
-    logits, _ = self._logits(x, task, training=False)
+    logits, _, losses = self._logits(x, task, training=False)
     _, sums = objectives.classification(logits, y, weight)
+    classification.add_regularization(None, losses, sums)
     correct1 = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
     pred_task, pred_class = self._infer_task(x)
     correct3 = tf.cast((pred_task == task) & (pred_class == y), tf.float32)
@@ -435,7 +442,7 @@ class ContinualTask(protocol.Task):
       params = self.source.trainable_variables
 
       def log_likelihood(xb, yb, t=done):
-        logits, _ = self._logits(xb, tf.constant(t), training=False)
+        logits = self._logits(xb, tf.constant(t), training=False)[0]
         return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
 
       fisher = tf.function(lambda a, b: regularizers.diagonal_fisher(
