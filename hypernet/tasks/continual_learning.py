@@ -303,7 +303,7 @@ class ContinualTask(protocol.Task):
       loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
       loss = classification.add_regularization(loss, losses, sums)
     delta = None
-    if lookahead:  # One SGD step of the task loss alone, a constant of the penalty.
+    if lookahead:  # One SGD step of the task loss (no CL penalty), a constant of the penalty.
       variables = functional.variable_paths(self.hnet, trainable=True)
       grads = tape.gradient(loss, list(variables.values()))
       lr = self.config.optim.lr
