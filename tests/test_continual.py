@@ -210,6 +210,40 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
     assert json.load(f)["cl1/forgetting"] == pytest.approx(result["cl1/forgetting"])
 
 
+def test_ewc_fisher_is_traced_once_for_the_sequence(monkeypatch):
+  """EWC's Fisher pass after each task is one traced function for the whole sequence
+  (the task a tensor), not a new ``tf.function`` per task, which retraced the Fisher
+  graph after every task and made TensorFlow warn of excessive retracing; each task's
+  Fisher is still that task's head's, as computed eagerly."""
+  traces = []
+  fisher = regularizers.diagonal_fisher
+  monkeypatch.setattr(regularizers, "diagonal_fisher",
+                      lambda *a, **k: traces.append(1) or fisher(*a, **k))
+  task = continual_learning.ContinualTask(   # 100 < every task's size: one shape
+      _config(method="ewc", tasks=4, **{"continual.fisher_samples": 100}))
+  params = task.source.trainable_variables
+  for done in range(3):
+    before = [f.numpy() for f in task.state.fisher]
+    task._prepare_next_task(done)   # pylint: disable=protected-access
+    n = min(int(task.config.continual.fisher_samples), len(task.tasks[done].x_train))
+    idx = np.random.default_rng([task.config.seed, done]).choice(
+        len(task.tasks[done].x_train), n, replace=False)
+    data = task.tasks[done]
+    x = tf.constant(data.x_train[idx].astype(np.float32) * data.pixel_scale)
+    y = tf.constant(data.y_train[idx].astype(np.int32))
+
+    def log_likelihood(xb, yb, t=done):
+      logits = tf.reshape(task.target(xb, training=False), [-1, 4, task.classes])[:, t]
+      return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
+
+    expected = fisher(log_likelihood, params, x, y)
+    gamma = float(task.config.continual.ewc_gamma)
+    for f_var, f_old, f_new in zip(task.state.fisher, before, expected):
+      np.testing.assert_allclose(f_var.numpy(), gamma * f_old + f_new.numpy(),
+                                 rtol=1e-4, atol=1e-10)
+  assert len(traces) == 1   # the old code traced once per task: 3
+
+
 @pytest.mark.parametrize("method", ["hnet", "finetune"])
 def test_kernel_l2_penalises_the_weights_used(method):
   """``config.model.kernel_l2 = c`` adds ``c * sum(w**2)`` over the target's kernels, the

@@ -85,6 +85,7 @@ class ContinualTask(protocol.Task):
     self._load_tasks(config, data)
     self.classes = c = self.tasks[0].num_classes
     self.method = cc.method
+    self._fisher_fn = None   # EWC's Fisher pass, traced on first use (_task_fisher)
     multi_head = self.method in ("finetune", "ewc")
     self.target = targets.make_target(config.model, self.tasks[0].image_shape,
                                      T * c if multi_head else c)
@@ -439,17 +440,27 @@ class ContinualTask(protocol.Task):
                                                                    replace=False)
       x = tf.constant(data.x_train[idx].astype(np.float32) * data.pixel_scale)
       y = tf.constant(data.y_train[idx].astype(np.int32))
+      fisher = self._task_fisher(x, y, tf.constant(done, tf.int32))
       params = self.source.trainable_variables
-
-      def log_likelihood(xb, yb, t=done):
-        logits = self._logits(xb, tf.constant(t), training=False)[0]
-        return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
-
-      fisher = tf.function(lambda a, b: regularizers.diagonal_fisher(
-          log_likelihood, params, a, b), autograph=False)(x, y)
       for f_var, f_new, anchor, p in zip(self.state.fisher, fisher, self.state.anchors, params):
         f_var.assign(float(cc.ewc_gamma) * f_var + f_new)
         anchor.assign(p)
+
+  def _task_fisher(self, images, labels, task):
+    """EWC's diagonal Fisher of ``task``'s head (:func:`regularizers.diagonal_fisher`) on
+    ``images [N, ...]`` float32, ``labels [N]`` int32, ``task`` an int32 scalar tensor.
+    Traced once for the whole sequence (the task a tensor argument), not once per task."""
+    if self._fisher_fn is None:
+      params = self.source.trainable_variables
+
+      def fisher(x, y, t):
+        def log_likelihood(xb, yb):
+          logits = self._logits(xb, t, training=False)[0]
+          return -tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits))
+        return regularizers.diagonal_fisher(log_likelihood, params, x, y)
+
+      self._fisher_fn = tf.function(fisher, autograph=False, reduce_retracing=True)
+    return self._fisher_fn(images, labels, task)
 
   def final_metrics(self) -> Dict[str, object]:
     """Accuracy matrices and their summaries (von Oswald et al. Sec. 4): mean final
