@@ -770,7 +770,7 @@ def _selected_fields(group: str, value) -> Dict[str, Any]:
 
 
 # The meta-learning task's own fields that few-shot classification alone reads.
-_FEW_SHOT_FIELDS = ("num_ways", "one_shot_runs", "eval_queries", "within_alphabet",
+_FEW_SHOT_FIELDS = ("num_ways", "one_shot_runs", "within_alphabet",
                     "train_ways", "body_hypernet", "body_targets", "gate")
 
 
@@ -840,6 +840,43 @@ def used_fields(config) -> Dict[str, Any]:
     ``{"seed": 0, "task": "classification", "num_steps": 3000, ...}``.
   """
   return {k: v for k, v in flatten(config).items() if _field_used(config, k, False)}
+
+
+# What decides, per group, whether a run reads a field of it: named in the notice.
+_DECIDED_BY = {"optim.decay_every": ("optim.schedule",), "optim.decay_rate": ("optim.schedule",),
+               "optim": ("optim.name",), "model": ("task", "model.name",),
+               "hypernet": ("hypernet.kind",), "continual": ("task", "continual.method"),
+               "meta": ("task", "meta.learner"), "multitask": ("task",),
+               "data": ("task", "data.name"), "summaries": ("summaries.every",),
+               "fault": ("fault.nonfinite",)}
+
+
+def unread_fields(config, fields) -> List[str]:
+  """One notice per field of ``fields`` (dotted names, e.g. the command line's
+  ``--config.X=V`` overrides) that the run ``config`` describes does not read, so that
+  setting it changes nothing: ``optim.weight_decay`` under ``optim.name='adam'``, a
+  ``meta.*`` field in a classification run, ``accelerate`` outside classification.
+
+  Args:
+    config: the run's config (after the overrides).
+    fields: iterable of dotted field names, without the ``config.`` prefix.
+
+  Returns:
+    Lines such as ``"--config.optim.weight_decay=0.0001 is not read by this run
+    (config.optim.name='adam'), so it changes nothing."``; empty when every field is read.
+  """
+  flat = flatten(config)
+  lines = []
+  for field in fields:
+    if field not in flat or _field_used(config, field, hparams_only=False):
+      continue
+    group = field.partition(".")[0] if "." in field else ""
+    deciders = [d for d in _DECIDED_BY.get(field, _DECIDED_BY.get(group, ("task",)))
+                if d in flat and d != field]
+    why = ", ".join(f"config.{d}={flat[d]!r}" for d in deciders)
+    lines.append(f"--config.{field}={flat[field]!r} is not read by this run ({why}), so it "
+                 "changes nothing.")
+  return lines
 
 
 def hparams(config) -> Dict[str, Any]:

@@ -42,7 +42,8 @@ def main(argv):
     logging.info("Training %s%s for %d steps in %s (loading TensorFlow) ...",
                  config_flags.get_config_filename(flags.FLAGS["config"]),
                  cli.plugins_in(config), config.num_steps, workdir)
-    for notice in cli.plugin_notices(config):
+    overrides = config_flags.get_override_values(flags.FLAGS["config"])
+    for notice in cli.plugin_notices(config) + cli.unread_override_notices(config, overrides):
       logging.warning(notice)
     start = time.time()
     cli.quiet_startup(sys.argv)

@@ -147,6 +147,25 @@ def test_the_first_line_comes_before_the_tensorflow_import(tmp_path):
   assert not (tmp_path / "run").exists()
 
 
+def test_an_override_the_run_does_not_read_is_named_before_the_tensorflow_import(tmp_path):
+  """``--config.optim.weight_decay`` under Adam and a ``meta.*`` field in a classification
+  run change nothing: each gets one warning line naming the field and what decides it,
+  before TensorFlow loads; the fields the run reads get none."""
+  out = _run_without_tensorflow(
+      "hypernet.train", "--config=configs/digits_hyper.py", f"--workdir={tmp_path / 'run'}",
+      "--config.optim.weight_decay=1e-4", "--config.meta.inner_lr=0.1",
+      "--config.optim.lr=3e-3", "--config.num_steps=50")
+  lines = out.stderr.splitlines()
+  assert re.fullmatch(r"\d\d:\d\d:\d\d warning: --config\.optim\.weight_decay=0\.0001 is not "
+                      r"read by this run \(config\.optim\.name='adam'\), so it changes "
+                      r"nothing\.", lines[1]), out.stderr[-2000:]
+  assert re.fullmatch(r"\d\d:\d\d:\d\d warning: --config\.meta\.inner_lr=0\.1 is not read by "
+                      r"this run \(config\.task='classification', config\.meta\.learner="
+                      r"'maml'\), so it changes nothing\.", lines[2]), out.stderr[-2000:]
+  assert "optim.lr" not in out.stderr and "num_steps=50 is not" not in out.stderr
+  assert "halted; None in sys.modules" in out.stderr   # ... and then the import
+
+
 @pytest.mark.parametrize("flag, message", [
     ("--num_steps=5", "Unknown flag --num_steps=5; did you mean --config.num_steps=5?"),
     ("--lr=0.1", "Unknown flag --lr=0.1; did you mean --config.optim.lr=0.1?"),

@@ -536,3 +536,82 @@ def test_an_old_workdirs_hypernet_fields_are_read_under_their_new_names():
   assert (h.center, h.emb_multiplier, h.head_precondition, h.condition_per_chunk,
           h.hidden_dim, h.slice_in, h.slice_out) == (False, 3.0, 0.5, True, 7, 8, 4)
   assert not [f for f in filled if f.startswith("hypernet.")], filled
+
+
+def _committed(name):
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("cfg", os.path.join(REPO, "configs",
+                                                                     f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def test_unread_fields_names_the_field_and_what_decides_it():
+  """What a run does not read, with the field that decides it; what it reads, nothing.
+  ``meta.eval_queries`` sizes the sinusoid run's test tasks (it is read there too)."""
+  c = _committed("digits_hyper")
+  c.optim.weight_decay = 1e-4
+  assert config_lib.unread_fields(c, ["optim.weight_decay", "optim.lr", "accelerate"]) == [
+      "--config.optim.weight_decay=0.0001 is not read by this run (config.optim.name="
+      "'adam'), so it changes nothing."]
+  c.optim.name = "adamw"
+  assert config_lib.unread_fields(c, ["optim.weight_decay", "optim.decay_rate"]) == [
+      "--config.optim.decay_rate=0.5 is not read by this run (config.optim.schedule="
+      f"{c.optim.schedule!r}), so it changes nothing."]
+  assert config_lib.unread_fields(_committed("sinusoid_maml"), ["meta.eval_queries"]) == []
+  finetune = _committed("permuted_mnist_finetune")
+  assert config_lib.unread_fields(finetune, ["continual.beta", "accelerate",
+                                             "continual.ewc_lambda", "model.dropout"]) == [
+      "--config.continual.beta=0.1 is not read by this run (config.task='continual', "
+      "config.continual.method='finetune'), so it changes nothing.",
+      "--config.accelerate='default' is not read by this run (config.task='continual'), so "
+      "it changes nothing.",
+      "--config.continual.ewc_lambda=100.0 is not read by this run (config.task='continual', "
+      "config.continual.method='finetune'), so it changes nothing."]
+
+
+def _documented_train_commands():
+  """``(where, config name, [(field, value text)])`` for every ``python -m hypernet.train
+  --config=configs/NAME.py ... --config.X=V`` in the README, docs/, experiments/ and the
+  configs' docstrings (backslash continuations joined)."""
+  paths = ([os.path.join(REPO, "README.md")] + glob.glob(os.path.join(REPO, "docs", "*.md"))
+           + glob.glob(os.path.join(REPO, "experiments", "**", "*.md"), recursive=True)
+           + glob.glob(os.path.join(REPO, "configs", "*.py")))
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      text = f.read().replace("\\\n", " ")
+    for line in text.splitlines():
+      name = re.search(r"--config=configs/(\w+)\.py", line)
+      sets = re.findall(r"--config\.([\w.]+)=(\"[^\"]*\"|'[^']*'|[^\s`]+)", line)
+      if name and sets and name.group(1) != "NAME":
+        yield os.path.relpath(path, REPO), name.group(1), sets
+
+
+def _parsed(text):
+  import ast  # pylint: disable=g-import-not-at-top
+  for candidate in (text, text.rstrip("];,.)`"), text.rstrip("];,.`")):
+    candidate = candidate.strip("\"'")
+    try:
+      return ast.literal_eval(candidate)
+    except (ValueError, SyntaxError):
+      continue
+  return text.strip("\"'")
+
+
+def test_every_documented_train_command_reads_the_fields_it_sets():
+  """No command beside a documented result sets a field its run does not read (the
+  command would then not be what produced the number), and the fields table that
+  decides the console's notices agrees with how the documented runs are made."""
+  checked, unread = 0, []
+  for where, name, sets in _documented_train_commands():
+    c = _committed(name)
+    for field, text in sets:    # Placeholders (SEED, LR, ...) keep the config's value.
+      try:
+        c.update_from_flattened_dict({field: _parsed(text)})
+      except (TypeError, ValueError, KeyError):
+        pass
+    checked += 1
+    unread += [f"{where} ({name}): {line}"
+               for line in config_lib.unread_fields(c, [f for f, _ in sets])]
+  assert checked > 100 and not unread, "\n".join(unread)

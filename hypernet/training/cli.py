@@ -522,6 +522,15 @@ def plugin_notices(config) -> list:
   return []
 
 
+def unread_override_notices(config, overrides) -> list:
+  """One-line notices of the command line's ``--config.X=V`` overrides (``overrides``:
+  ``{"optim.weight_decay": 1e-4, ...}``, ``config_flags.get_override_values``) that the run
+  does not read (:func:`hypernet.config_lib.unread_fields`): a setting that would
+  otherwise change nothing without a word."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.unread_fields(config, overrides)
+
+
 def read_workdir_config(workdir: str, flag: str = "--workdir", step=None):
   """The config that wrote the workdir's checkpoint ``step`` (``workdir/config.json``, or
   the ``config_resumed_at_<N>.json`` of a resume that changed it before ``step``:
