@@ -34,7 +34,8 @@ As committed, seeds 0-2: CL1 94.26% (94.69 / 94.93 / 93.15), forgetting 0.01 (0.
 / 0.03), each task learned to 87.8-98.0% (experiments/RESULTS_continual.md). With
 ``--config.continual.beta=0.01``: 95.98% (95.96 / 96.14 / 95.83), forgetting 0.12 (over
 the <= 0.1 target on every seed); beta 0.03 (seed 0): 95.05%, forgetting 0.05; beta
-0.01 with ``--config.model.dropout=0.2`` (seed 0): 96.16%, forgetting 0.04.
+0.01 with ``--config.model.dropout=0.2`` (configs/permuted_mnist_hnet_dropout.py, seeds
+0-2): 96.26%, forgetting 0.03.
 
 Cost, 2 cores (experiments/RESULTS_continual.md): on an Intel Xeon (Sapphire Rapids
 class) seeds 0 and 1 took 4,815-4,839 s beside two or three other trainings (10-12 steps/s),

@@ -136,3 +136,15 @@ def test_permuted_mnist_baselines_are_the_hnet_setting(method):
   assert config.num_steps == hnet.num_steps == 10 * 5000
   assert tuple(config.model.dense_widths) == (1000, 1000) == tuple(hnet.model.dense_widths)
   assert config.optim == hnet.optim and config.batch_size == hnet.batch_size
+
+
+def test_permuted_mnist_hnet_dropout_differs_from_permuted_mnist_hnet_in_two_fields():
+  """configs/permuted_mnist_hnet_dropout.py is permuted_mnist_hnet.py (whose smoke run is
+  above) with beta 0.01 and dropout 0.2 before the head, nothing else; it validates."""
+  from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+  config, hnet = load_config("permuted_mnist_hnet_dropout"), load_config("permuted_mnist_hnet")
+  config_lib.validate(config)
+  new, old = config_lib.flatten(config), config_lib.flatten(hnet)
+  assert {k: (old[k], v) for k, v in new.items() if old[k] != v} == {
+      "continual.beta": (0.1, 0.01), "model.dropout": (0.0, 0.2)}
+  assert set(new) == set(old)
