@@ -844,7 +844,7 @@ def used_fields(config) -> Dict[str, Any]:
 
 # What decides, per group, whether a run reads a field of it: named in the notice.
 _DECIDED_BY = {"optim.decay_every": ("optim.schedule",), "optim.decay_rate": ("optim.schedule",),
-               "optim": ("optim.name",), "model": ("task", "model.name",),
+               "optim": ("optim.name",), "model": ("task", "model.name"),
                "hypernet": ("hypernet.kind",), "continual": ("task", "continual.method"),
                "meta": ("task", "meta.learner"), "multitask": ("task",),
                "data": ("task", "data.name"), "summaries": ("summaries.every",),
