@@ -845,10 +845,13 @@ def used_fields(config) -> Dict[str, Any]:
 # What decides, per group, whether a run reads a field of it: named in the notice.
 _DECIDED_BY = {"optim.decay_every": ("optim.schedule",), "optim.decay_rate": ("optim.schedule",),
                "optim": ("optim.name",), "model": ("task", "model.name"),
-               "hypernet": ("hypernet.kind",), "continual": ("task", "continual.method"),
-               "meta": ("task", "meta.learner"), "multitask": ("task",),
+               "hypernet": ("hypernet.kind",), "continual": ("continual.method",),
+               "meta": ("meta.learner",), "multitask": ("task",),
                "data": ("task", "data.name"), "summaries": ("summaries.every",),
                "fault": ("fault.nonfinite",)}
+# The tasks that read a group at all.
+_GROUP_TASKS = {"continual": ("continual",), "meta": _META_TASKS,
+                "multitask": ("multitask_classification",)}
 
 
 def unread_fields(config, fields) -> List[str]:
@@ -871,8 +874,10 @@ def unread_fields(config, fields) -> List[str]:
     if field not in flat or _field_used(config, field, hparams_only=False):
       continue
     group = field.partition(".")[0] if "." in field else ""
-    deciders = [d for d in _DECIDED_BY.get(field, _DECIDED_BY.get(group, ("task",)))
-                if d in flat and d != field]
+    deciders = _DECIDED_BY.get(field, _DECIDED_BY.get(group, ("task",)))
+    if config.task not in _GROUP_TASKS.get(group, (config.task,)):
+      deciders = ("task",)    # Another task's group: the task decides, not its fields.
+    deciders = [d for d in deciders if d in flat and d != field]
     why = ", ".join(f"config.{d}={flat[d]!r}" for d in deciders)
     lines.append(f"--config.{field}={flat[field]!r} is not read by this run ({why}), so it "
                  "changes nothing.")

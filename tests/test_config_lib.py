@@ -561,14 +561,18 @@ def test_unread_fields_names_the_field_and_what_decides_it():
       f"{c.optim.schedule!r}), so it changes nothing."]
   assert config_lib.unread_fields(_committed("sinusoid_maml"), ["meta.eval_queries"]) == []
   finetune = _committed("permuted_mnist_finetune")
+  digits = _committed("digits_hyper")
   assert config_lib.unread_fields(finetune, ["continual.beta", "accelerate",
-                                             "continual.ewc_lambda", "model.dropout"]) == [
-      "--config.continual.beta=0.1 is not read by this run (config.task='continual', "
-      "config.continual.method='finetune'), so it changes nothing.",
+                                             "continual.ewc_lambda", "model.dropout"]) + \
+      config_lib.unread_fields(digits, ["continual.beta"]) == [
+      "--config.continual.beta=0.1 is not read by this run (config.continual.method="
+      "'finetune'), so it changes nothing.",
       "--config.accelerate='default' is not read by this run (config.task='continual'), so "
       "it changes nothing.",
-      "--config.continual.ewc_lambda=100.0 is not read by this run (config.task='continual', "
-      "config.continual.method='finetune'), so it changes nothing."]
+      "--config.continual.ewc_lambda=100.0 is not read by this run (config.continual."
+      "method='finetune'), so it changes nothing.",
+      "--config.continual.beta=0.01 is not read by this run (config.task='classification'), "
+      "so it changes nothing."]
 
 
 def _documented_train_commands():
