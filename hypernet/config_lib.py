@@ -709,6 +709,11 @@ _OMNIGLOT_DATA = ("omniglot_zips", "num_test_characters", "split_seed", "rotatio
                   "image_size")
 
 
+# The tasks that read a group at all.
+_GROUP_TASKS = {"continual": ("continual",), "meta": _META_TASKS,
+                "multitask": ("multitask_classification",)}
+
+
 def _field_used(config, field: str, hparams_only: bool = True) -> bool:
   """Whether the run that ``config`` describes reads ``field`` (see :func:`hparams`);
   ``hparams_only``: fields that steer execution (:data:`_NOT_HPARAMS`) count as unused."""
@@ -717,14 +722,14 @@ def _field_used(config, field: str, hparams_only: bool = True) -> bool:
       return False
     return _execution_field_used(config, field)
   group, _, name = field.partition(".")
-  meta = config.task in ("few_shot", "sinusoid")
+  meta = config.task in _GROUP_TASKS["meta"]
+  if group in _GROUP_TASKS and config.task not in _GROUP_TASKS[group]:
+    return False   # Another task's group.
   if group == "meta":
-    return meta and _meta_field_used(config, name)
+    return _meta_field_used(config, name)
   if group == "multitask":
-    return config.task == "multitask_classification"
+    return True
   if group == "continual":
-    if config.task != "continual":
-      return False
     method = config.continual.method
     return {"beta": method == "hnet", "past_tasks_per_step": method == "hnet",
             "lookahead": method == "hnet", "refresh_targets": method == "hnet",
@@ -849,9 +854,6 @@ _DECIDED_BY = {"optim.decay_every": ("optim.schedule",), "optim.decay_rate": ("o
                "meta": ("meta.learner",), "multitask": ("task",),
                "data": ("task", "data.name"), "summaries": ("summaries.every",),
                "fault": ("fault.nonfinite",)}
-# The tasks that read a group at all.
-_GROUP_TASKS = {"continual": ("continual",), "meta": _META_TASKS,
-                "multitask": ("multitask_classification",)}
 
 
 def unread_fields(config, fields) -> List[str]:
