@@ -210,6 +210,41 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
     assert json.load(f)["cl1/forgetting"] == pytest.approx(result["cl1/forgetting"])
 
 
+def test_independent_networks_optimiser_steps_one_network(tmp_path):
+  """The independent networks' optimiser holds and updates one network (the task's
+  working set), not all T: Adam's two moments are 2 x one target, where a [T, ...] table
+  of trainable sets gave 2 x T x one target and a dense update of every set each step.
+  Each task's network is still its own: after the sequence, weights(t) and the batched
+  weights(range(T)) give the set stored at the end of task t (the checkpoint after it),
+  untouched by the later tasks, and the reported counts are the T sets."""
+  T, steps = 3, 20
+  config = _config(method="independent", steps=steps, tasks=T)
+  loop.train_and_evaluate(config, str(tmp_path))
+  trainer = _restored(config, tmp_path)
+  task = trainer.task
+  size = lambda vs: int(sum(np.prod(v.shape) for v in vs))
+  one = size(task.target.trainable_variables)
+  assert size(task.trainable_variables) == one
+  moments = [v for v in trainer.optimizer.variables
+             if len(v.shape) and tf.as_dtype(v.dtype).is_floating]
+  assert size(moments) == 2 * one, [v.shape for v in moments]
+  assert task.source.parameter_counts()["trainable"] == T * one
+  batched = task.source.weights(tf.range(T))
+  for t in range(T):   # The checkpoint written at the end of task t (after its event).
+    path = str(tmp_path / "checkpoints" / f"ckpt-{(t + 1) * steps}")
+    names = sorted(n for n, _ in tf.train.list_variables(path)
+                   if n.startswith("independent_sets/") and "OPTIMIZER" not in n)
+    assert len(names) == len(task.source.generated_paths)
+    own = task.source.weights(tf.constant(t))
+    for n, p in zip(names, task.source.generated_paths):
+      stored = tf.train.load_checkpoint(path).get_tensor(n)[t]
+      np.testing.assert_array_equal(own[p].numpy(), stored, err_msg=p)
+      np.testing.assert_array_equal(batched[p][t].numpy(), stored, err_msg=p)
+      if t:   # Trained in its task: not the row the checkpoint before the task held.
+        before = tf.train.load_checkpoint(str(tmp_path / "checkpoints" / f"ckpt-{t * steps}"))
+        assert not np.array_equal(before.get_tensor(n)[t], stored), p
+
+
 def test_ewc_fisher_is_traced_once_for_the_sequence(monkeypatch):
   """EWC's Fisher pass after each task is one traced function for the whole sequence
   (the task a tensor), not a new ``tf.function`` per task, which retraced the Fisher

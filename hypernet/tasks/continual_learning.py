@@ -30,8 +30,23 @@ BENCHMARKS = ("split", "permuted")
 
 
 class _TableSource(sources.WeightSource):
-  """Independent networks: ``T`` full weight sets held as variables ``[T, *shape]``;
-  ``weights(t)`` is set ``t`` (each initialised as a fresh target would be)."""
+  """Independent networks: ``T`` full weight sets, one per task, each initialised as a
+  fresh target would be (set ``t`` from seed ``seed + 7919 * (t + 1)``).
+
+  The set being trained is its own variables (:attr:`working`, what the optimiser sees),
+  so that an optimiser step costs one network's update, not ``T``: Keras' Adam updates
+  every variable it is given, and a ``[T, *shape]`` table would have it run over all
+  ``T`` sets each step for the one set with a gradient. The other sets are stored in
+  non-trainable ``[T, *shape]`` variables (:attr:`sets`). :meth:`store` writes the working
+  set into its row at the end of its task; :meth:`load` makes row ``t`` the working set.
+  ``weights(t)`` reads the working set for ``t == current`` and the stored row otherwise.
+
+  Args:
+    target: the target network (built).
+    build_target: a callable returning a fresh target of the same architecture.
+    num_sets: ``T``.
+    seed: the run's seed.
+  """
 
   def __init__(self, target: keras.Model, build_target, num_sets: int, seed: int):
     super().__init__(target, train_rest=False)
@@ -43,18 +58,57 @@ class _TableSource(sources.WeightSource):
       other = functional.variable_paths(build_target(), trainable=True)
       inits.append({p: other[p].numpy() for p in variables})
     keras.utils.set_random_seed(seed)
-    self.sets = {p: tf.Variable(np.stack([i[p] for i in inits]),
-                                name="sets_" + p.replace("/", "_")) for p in variables}
+    name = lambda p: p.replace("/", "_")
+    self.sets = {p: tf.Variable(np.stack([i[p] for i in inits]), trainable=False,
+                                name="sets_" + name(p)) for p in variables}
+    self.working = {p: tf.Variable(inits[0][p], name="working_" + name(p))
+                    for p in variables}
+    self.current = tf.Variable(0, dtype=tf.int32, trainable=False, name="working_set")
 
   def weights(self, context=None) -> Dict[str, tf.Tensor]:
-    return {p: tf.gather(v, context) for p, v in self.sets.items()}
+    """``{path: [*shape]}`` for a task id ``context`` (int32 scalar), ``{path: [S,
+    *shape]}`` for ids ``[S]``."""
+    ids = tf.convert_to_tensor(context, tf.int32)
+    out = {}
+    for p, table in self.sets.items():
+      working = self.working[p]
+      if ids.shape.rank == 0:   # A training step: the working set, without a table read.
+        out[p] = tf.cond(tf.equal(ids, self.current), lambda w=working: tf.identity(w),
+                         lambda table=table: tf.gather(table, ids))
+      else:
+        is_working = tf.reshape(tf.equal(ids, self.current),
+                                [-1] + [1] * len(working.shape))
+        out[p] = tf.where(is_working, working[None], tf.gather(table, ids))
+    return out
+
+  def store(self, t: int) -> None:
+    """Writes the working set into row ``t`` (the end of task ``t``)."""
+    for p, table in self.sets.items():   # One update per task: a whole-table assign,
+      table.assign(tf.tensor_scatter_nd_update(   # which distributed variables support.
+          table, [[t]], tf.convert_to_tensor(self.working[p])[None]))
+
+  def load(self, t: int) -> None:
+    """Makes row ``t`` the working set (the start of task ``t``)."""
+    for p, table in self.sets.items():
+      self.working[p].assign(tf.gather(table, t))
+    self.current.assign(t)
 
   @property
   def own_variables(self):
-    return list(self.sets.values())
+    return list(self.working.values())
+
+  def parameter_counts(self) -> Dict[str, int]:
+    """As :meth:`WeightSource.parameter_counts`, with ``trainable`` and ``source`` all
+    ``T`` sets (each is trained, in its own task)."""
+    counts = super().parameter_counts()
+    counts["trainable"] = counts["source"] = int(
+        sum(np.prod(v.shape) for v in self.sets.values()))
+    return counts
 
   def trackables(self):
-    return dict(super().trackables(), independent_sets=list(self.sets.values()))
+    return dict(super().trackables(), independent_sets=list(self.sets.values()),
+                independent_working=list(self.working.values()),
+                independent_current=self.current)
 
 
 class _State(tf.Module):
@@ -401,6 +455,8 @@ class ContinualTask(protocol.Task):
     if int(self.state.rows_done.read_value()) > done:
       return
     self.state.current.assign(done)
+    if self.method == "independent":
+      self.source.store(done)
     if self.config.continual.task_inference == "ppca":
       self._fit_density(done)
     metrics = trainer.evaluate()
@@ -445,6 +501,8 @@ class ContinualTask(protocol.Task):
       for f_var, f_new, anchor, p in zip(self.state.fisher, fisher, self.state.anchors, params):
         f_var.assign(float(cc.ewc_gamma) * f_var + f_new)
         anchor.assign(p)
+    elif self.method == "independent":
+      self.source.load(done + 1)
 
   def _task_fisher(self, images, labels, task):
     """EWC's diagonal Fisher of ``task``'s head (:func:`regularizers.diagonal_fisher`) on
