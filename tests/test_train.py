@@ -149,6 +149,23 @@ def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path):
     loop.train_and_evaluate(plain, str(tmp_path))
 
 
+def test_resume_of_another_versions_checkpoint_says_so(tmp_path, monkeypatch):
+  """A checkpoint that does not fit though the config is the same (a hypernet version
+  with another checkpoint layout wrote it) is refused as such, not as an 'unknown'
+  config change with the advice to rerun with the same config."""
+  from hypernet import config_lib
+  from hypernet.tasks import classification
+  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  trackables = classification.ClassificationTask.trackables
+  monkeypatch.setattr(classification.ClassificationTask, "trackables",
+                      lambda self: dict(trackables(self), added=tf.Variable(0.0)))
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"ckpt-20 does not fit this config: its config is this run's, so "
+                           r"another version of hypernet wrote it") as e:
+    loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  assert "unknown" not in str(e.value)
+
+
 def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
   loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
   original = (tmp_path / "config.json").read_text()

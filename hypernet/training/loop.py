@@ -388,12 +388,18 @@ class Trainer:
           self.checkpoint.restore(path).assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.OpError) as e:
           changed = config_changes(self.workdir, self.config)
+          if changed or not tf.io.gfile.exists(self.paths.config):
+            why = (f"the run that wrote it had a different config (changed here: "
+                   f"{', '.join(changed) or 'unknown'}), or another version of hypernet "
+                   f"wrote it. Rerun with that run's config (saved in {self.paths.config})"
+                   ", or train in a new --workdir.")
+          else:   # Same config, other variables: another hypernet wrote it.
+            why = ("its config is this run's, so another version of hypernet wrote it, "
+                   "one whose checkpoints hold other variables for this config. Resume "
+                   "it with that version, or train in a new --workdir.")
           raise config_lib.ConfigError(
-              f"The checkpoint {path} does not fit this config: the run that wrote it had "
-              f"a different config (changed here: {', '.join(changed) or 'unknown'}). Rerun "
-              f"with that run's config (saved in {self.paths.config}"
-              f"), or train in a new --workdir. [{type(e).__name__}: {_first_line(e)}]"
-          ) from e
+              f"The checkpoint {path} does not fit this config: {why} "
+              f"[{type(e).__name__}: {_first_line(e)}]") from e
         self.restored_from = path
         break
       where = ""
