@@ -47,6 +47,7 @@ import fashion_mnist_hyper  # noqa: E402
 import timing  # noqa: E402
 import torch_reference  # noqa: E402
 from hypernet.numerics import accel, norm_relu_pool  # noqa: E402
+from hypernet.numerics.fused_adam import FusedAdam  # noqa: E402
 from hypernet.tasks import classification  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
@@ -61,8 +62,9 @@ flags.DEFINE_bool("accelerate_meta", False, "Also time the hypernetwork step wit
                   "meta-learners' accelerations, as functional_call(..., accelerate='meta') "
                   "runs it: on CPU each BatchNorm -> ReLU -> 2x2 max-pool block as one kernel "
                   "(--nobatch_norm: each conv -> bias -> ReLU -> 2x2 max-pool block pooled "
-                  "first) and plain bias adds (hypernet.numerics.accel), and with the fused "
-                  "blocks alone.")
+                  "first) and plain bias adds (hypernet.numerics.accel), with the fused "
+                  "blocks alone, and with both and hn.FusedAdam (Adam as one kernel a "
+                  "variable).")
 flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
                   "as configs/fashion_mnist_hyper.py, which has it).")
 FLAGS = flags.FLAGS
@@ -124,16 +126,19 @@ def main(_):
     return loss
   runs = {"plain Keras": _loop(keras_step, batch)}
 
-  variants = [("identity via functional_call", "none", None),
-              ("chunked hypernetwork", "chunked", None)]
+  adam = keras.optimizers.Adam
+  variants = [("identity via functional_call", "none", None, adam),
+              ("chunked hypernetwork", "chunked", None, adam)]
   if FLAGS.accelerate_meta:
-    variants += [("hypernetwork, fused blocks", "chunked", norm_relu_pool.scope),
-                 ("hypernetwork, accelerate='meta'", "chunked", lambda: accel.scope("meta"))]
-  for name, kind, accelerations in variants:
+    meta = lambda: accel.scope("meta")
+    variants += [("hypernetwork, fused blocks", "chunked", norm_relu_pool.scope, adam),
+                 ("hypernetwork, accelerate='meta'", "chunked", meta, adam),
+                 ("hypernetwork, accelerate='meta', FusedAdam", "chunked", meta, FusedAdam)]
+  for name, kind, accelerations, optimizer in variants:
     cfg = _config(kind)
     task = classification.ClassificationTask(cfg, data)
     variables = task.trainable_variables
-    opt_h = keras.optimizers.Adam(1e-3)
+    opt_h = optimizer(1e-3)
     opt_h.build(variables)
     runs[name] = _loop(_task_step(task, variables, opt_h, accelerations), batch)
     if kind == "chunked":
@@ -160,10 +165,10 @@ def main(_):
         f"{FLAGS.malloc_keep}, "
         f"jit={FLAGS.jit}, TF {tf.__version__}, {os.cpu_count()} CPUs")
   print("steps/s of wall time, and of process CPU time (fairer on a shared machine)")
-  print(f"{'variant':32s} {'steps/s':>9s} {'ratio':>7s} {'CPU steps/s':>12s} {'CPU ratio':>10s} "
+  print(f"{'variant':44s} {'steps/s':>9s} {'ratio':>7s} {'CPU steps/s':>12s} {'CPU ratio':>10s} "
         f"{'warm-up s':>9s}")
   for name, (rate, cpu_rate, trace) in results.items():
-    print(f"{name:32s} {rate:9.1f} {base / rate:7.3f} {cpu_rate:12.1f} "
+    print(f"{name:44s} {rate:9.1f} {base / rate:7.3f} {cpu_rate:12.1f} "
           f"{base_cpu / cpu_rate:10.3f} {trace:9.2f}")
   print(f"hypernetwork: {counts['source']:,} trainable parameters generate "
         f"{counts['generated']:,} target weights (compression {counts['compression_ratio']:.2f}x)")

@@ -67,6 +67,7 @@ _EXPORTS = {
     "MetaModel": "hypernet.keras.models:MetaModel",
     # Training.
     "train_and_evaluate": "hypernet.training.loop:train_and_evaluate",
+    "FusedAdam": "hypernet.numerics.fused_adam:FusedAdam",
     "export_target": "hypernet.training.export:export_target",
     # Subpackages.
     "core": "hypernet.core",

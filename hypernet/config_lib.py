@@ -86,7 +86,7 @@ CHOICES = {
     "hypernet.kind": ("none",) + HYPERNET_KINDS.declared_names(),
     # The generator's hidden units (hypernet/hypernetworks/base.py, ACTIVATIONS).
     "hypernet.activation": ("relu", "elu", "gelu", "silu", "tanh", "leaky_relu"),
-    "optim.name": ("adam", "adamw", "sgd"),
+    "optim.name": ("adam", "fused_adam", "adamw", "sgd"),
     "optim.schedule": ("constant", "cosine", "step"),
     "meta.learner": LEARNERS.declared_names(),
     "meta.body_hypernet": ("none",) + HYPERNET_KINDS.declared_names(),
@@ -1187,7 +1187,7 @@ def _optim_and_run_defaults(c) -> None:
   import ml_collections  # pylint: disable=g-import-not-at-top
 
   c.optim = ml_collections.ConfigDict()
-  c.optim.name = "adam"        # adam | adamw | sgd
+  c.optim.name = "adam"        # adam | fused_adam (one kernel a variable) | adamw | sgd
   c.optim.lr = 1e-3
   c.optim.schedule = "cosine"  # constant | cosine | step
   c.optim.warmup_steps = 0

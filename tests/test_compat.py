@@ -37,7 +37,8 @@ def fresh_canaries(monkeypatch):
   names = ["moments", "tape_query", "record_query", "fused_batch_norm", "plain_bias",
            "instance_call", "optimizer_sum", "sublayers", "trace_root", "seed_state",
            "normalize", "convolution_op", "own_variables", "pfor_converters",
-           "hparams_config", "symbolic_build", "multi_worker_logs", "backup_progress"]
+           "hparams_config", "symbolic_build", "multi_worker_logs", "backup_progress",
+           "adam_slots"]
   for name in names:
     compat.reset_canary(name)
   monkeypatch.setattr(fused_norm, "_unavailable", None)
@@ -284,6 +285,47 @@ def _keras_sums_elsewhere(monkeypatch):
         list(zip(grads, variables)), learning_rate)
 
   monkeypatch.setattr(tf_optimizer.TFOptimizer, "_backend_update_step", update_step)
+
+
+def _keras_adam_keeps_slots_elsewhere(monkeypatch):
+  """A Keras whose Adam holds its slots under other names (its own update finds them)."""
+  adam = keras.optimizers.Adam
+  build, update_step = adam.build, adam.update_step
+
+  def moved_build(self, var_list):
+    built = self.built
+    build(self, var_list)
+    if not built:
+      self._moved = (self.__dict__.pop("_momentums"), self.__dict__.pop("_velocities"))
+
+  def moved_update_step(self, gradient, variable, learning_rate):
+    self.__dict__["_momentums"], self.__dict__["_velocities"] = self._moved
+    try:
+      return update_step(self, gradient, variable, learning_rate)
+    finally:
+      del self.__dict__["_momentums"], self.__dict__["_velocities"]
+
+  monkeypatch.setattr(adam, "build", moved_build)
+  monkeypatch.setattr(adam, "update_step", moved_update_step)
+
+
+def test_adam_slots_elsewhere_fused_adam_runs_keras_update(monkeypatch, fresh_canaries,
+                                                           caplog):
+  """hn.FusedAdam on a Keras that keeps Adam's slots elsewhere: Keras' own update, equal
+  to keras.optimizers.Adam's bit for bit, with one warning (speed only)."""
+  from hypernet.numerics.fused_adam import FusedAdam  # pylint: disable=g-import-not-at-top
+  _keras_adam_keeps_slots_elsewhere(monkeypatch)
+
+  def train(optimizer):
+    v = tf.Variable([1.0, -2.0, 0.5])
+    for k in range(3):
+      optimizer.apply([tf.constant([0.3, -1.0, 2.0]) * (k + 1)], [v])
+    return v.numpy()
+  with caplog.at_level(logging.WARNING):
+    fused = train(FusedAdam(0.1))
+  np.testing.assert_array_equal(fused, train(keras.optimizers.Adam(0.1)))
+  assert "keeps Adam's slot variables elsewhere" in caplog.text
+  assert compat.canary_report()["adam_slots"].startswith("keras.optimizers.Adam has no")
 
 
 def test_optimizer_summing_elsewhere_refuses_only_several_replicas(monkeypatch, fresh_canaries):

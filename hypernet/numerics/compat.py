@@ -21,6 +21,7 @@ import threading
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from hypernet.numerics import versions
@@ -836,6 +837,43 @@ def switch_off_optimizer_sum(optimizer, num_replicas: Optional[int] = None) -> b
         "replicas (one device is unaffected)")
   optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # pylint: disable=protected-access
   return True
+
+
+def _adam_slots_canary() -> Optional[str]:
+  optimizer = keras.optimizers.Adam(0.1)
+  v = keras.Variable([1.0, -2.0])
+  optimizer.build([v])
+  names = ("_momentums", "_velocities", "_get_variable_index")
+  if not all(hasattr(optimizer, n) for n in names):
+    return f"keras.optimizers.Adam has no {' / '.join(n for n in names if not hasattr(optimizer, n))}"
+  optimizer.apply([tf.constant([0.5, -1.0])], [v])
+  m, velocity = adam_slots(optimizer, v)
+  # One step from zero: m = (1 - 0.9) g, v = (1 - 0.999) g^2.
+  if not (np.allclose(m.numpy(), [0.05, -0.1]) and
+          np.allclose(velocity.numpy(), [0.00025, 0.001])):
+    return (f"after one step Adam's slots for a variable hold {m.numpy().tolist()} and "
+            f"{velocity.numpy().tolist()}, not its momentum and velocity")
+  return None
+
+
+def adam_slots(optimizer, variable):
+  """``(momentum, velocity)``: the slot variables of ``variable`` in a built
+  :class:`keras.optimizers.Adam` (or subclass), or ``None`` where this Keras keeps them
+  elsewhere (one warning; :class:`hypernet.numerics.fused_adam.FusedAdam` then runs
+  Keras' own update: speed only).
+
+  Private: ``Adam._momentums``, ``Adam._velocities``, ``Optimizer._get_variable_index``
+  (Keras has no public lookup of a variable's slots). Canary: one ``Adam`` step from
+  zero leaves ``(1 - beta_1) g`` and ``(1 - beta_2) g^2`` in the slots found.
+  """
+  reason = run_canary("adam_slots", _adam_slots_canary)
+  if reason is not None:
+    warn_once("adam_slots", "Keras %s keeps Adam's slot variables elsewhere (%s): "
+              "FusedAdam runs Keras' own Adam update (speed only).", keras.__version__,
+              reason)
+    return None
+  i = optimizer._get_variable_index(variable)  # pylint: disable=protected-access
+  return optimizer._momentums[i], optimizer._velocities[i]  # pylint: disable=protected-access
 
 
 def is_seed_state_path(path: str) -> bool:

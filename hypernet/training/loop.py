@@ -25,7 +25,7 @@ from hypernet.training import actions, distribute
 from hypernet.tasks import objectives, classification, protocol
 from hypernet.hypernetworks import source as sources
 from hypernet.training.workdir import Workdir
-from hypernet.numerics import accel, devices, second_order
+from hypernet.numerics import accel, devices, fused_adam, second_order
 
 # Re-exported: the outer loop's parts that callers reach through this module.
 NonFiniteLossError = actions.NonFiniteLossError
@@ -65,7 +65,8 @@ def _write_failure(error: BaseException) -> Optional[str]:
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras.optimizers.Optimizer:
   """Builds the outer optimiser from ``config`` (= ``config.optim``).
 
-  Fields: ``name`` (adam | adamw | sgd), ``lr``, ``schedule`` (constant | cosine | step:
+  Fields: ``name`` (adam | fused_adam: the same update as one kernel per variable,
+  :class:`hypernet.numerics.fused_adam.FusedAdam` | adamw | sgd), ``lr``, ``schedule`` (constant | cosine | step:
   ``lr * decay_rate ** (step // decay_every)``), ``warmup_steps``, ``weight_decay``
   (adamw), ``momentum`` (sgd), ``grad_clip_norm`` (global norm, 0 = off).
 
@@ -94,11 +95,14 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras
   clip = {"global_clipnorm": config.grad_clip_norm} if config.grad_clip_norm else {}
   if config.name == "adam":
     return keras.optimizers.Adam(lr, **clip)
+  if config.name == "fused_adam":
+    return fused_adam.FusedAdam(lr, **clip)
   if config.name == "adamw":
     return keras.optimizers.AdamW(lr, weight_decay=config.weight_decay, **clip)
   if config.name == "sgd":
     return keras.optimizers.SGD(lr, momentum=config.momentum, **clip)
-  raise ValueError(f"config.optim.name={config.name!r}; use 'adam', 'adamw' or 'sgd'.")
+  raise ValueError(f"config.optim.name={config.name!r}; use 'adam', 'fused_adam', 'adamw' or "
+                   "'sgd'.")
 
 
 def _use_jit(config, kind: Optional[str] = None) -> bool:
@@ -353,6 +357,22 @@ class Trainer:
     return tf.nest.map_structure(
         lambda t: self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None), sums)
 
+  def _unfit(self, path: str, error: Exception) -> Exception:
+    """The one-line ``ConfigError`` for a checkpoint whose variables do not fit."""
+    from hypernet import config_lib  # pylint: disable=g-import-not-at-top
+    changed = config_changes(self.workdir, self.config)
+    if changed or not tf.io.gfile.exists(self.paths.config):
+      why = (f"the run that wrote it had a different config (changed here: "
+             f"{', '.join(changed) or 'unknown'}), or another version of hypernet wrote "
+             f"it. Rerun with that run's config (saved in {self.paths.config}), or train "
+             "in a new --workdir.")
+    else:   # Same config, other variables: another hypernet wrote it.
+      why = ("its config is this run's, so another version of hypernet wrote it, one "
+             "whose checkpoints hold other variables for this config. Resume it with that "
+             "version, or train in a new --workdir.")
+    return config_lib.ConfigError(f"The checkpoint {path} does not fit this config: {why} "
+                                  f"[{type(error).__name__}: {_first_line(error)}]")
+
   # -- public -----------------------------------------------------------------------
   def restore(self, replay: bool = False) -> int:
     """Restores the newest readable checkpoint if there is one; returns the step to start
@@ -387,19 +407,7 @@ class Trainer:
         try:
           self.checkpoint.restore(path).assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.OpError) as e:
-          changed = config_changes(self.workdir, self.config)
-          if changed or not tf.io.gfile.exists(self.paths.config):
-            why = (f"the run that wrote it had a different config (changed here: "
-                   f"{', '.join(changed) or 'unknown'}), or another version of hypernet "
-                   f"wrote it. Rerun with that run's config (saved in {self.paths.config})"
-                   ", or train in a new --workdir.")
-          else:   # Same config, other variables: another hypernet wrote it.
-            why = ("its config is this run's, so another version of hypernet wrote it, "
-                   "one whose checkpoints hold other variables for this config. Resume "
-                   "it with that version, or train in a new --workdir.")
-          raise config_lib.ConfigError(
-              f"The checkpoint {path} does not fit this config: {why} "
-              f"[{type(e).__name__}: {_first_line(e)}]") from e
+          raise self._unfit(path, e) from e
         self.restored_from = path
         break
       where = ""
