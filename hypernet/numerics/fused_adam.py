@@ -3,10 +3,9 @@
 Keras 3's :class:`keras.optimizers.Adam` writes its update as about twenty element-wise
 ops per variable; in a small network's step their dispatch, not their arithmetic, is
 what the optimiser costs. ``tf.raw_ops.ResourceApplyAdam`` (TensorFlow's own fused
-kernel) does the same update in one op. On the chunked hypernetwork of
-``configs/fashion_mnist_hyper.py`` (9 variables, 134,015 floats; 2 cores) the optimiser
-step takes 0.33 ms of CPU time against Keras' 0.76 ms (``benchmarks/step_ratio.py``
-times it inside the whole step).
+kernel) does the same update in one op: on the hypernetwork step's 9 variables it takes
+0.36x Keras' time, on a small transformer's 67 variables 0.48x
+(``benchmarks/adam_step.py``; docs/performance.md).
 
 The Trainer uses it with ``config.optim.name = "fused_adam"``; in a step of your own,
 ``hn.FusedAdam(1e-3)`` where you had ``keras.optimizers.Adam(1e-3)``.
@@ -41,8 +40,14 @@ class FusedAdam(keras.optimizers.Adam):
   Keras that keeps Adam's slots elsewhere than :func:`hypernet.numerics.compat.adam_slots`
   finds them (its canary; one warning).
 
-  Args: those of :class:`keras.optimizers.Adam` (``name`` defaults to ``"adam"``, so
-    slot variables are named as Adam's).
+  Args:
+    learning_rate: a float or a ``keras.optimizers.schedules`` schedule, as Adam's.
+    beta_1: the first moment's decay, as Adam's.
+    beta_2: the second moment's decay, as Adam's.
+    epsilon: added to ``sqrt(v_t)``, as Adam's.
+    amsgrad: as Adam's (Keras' own update runs then).
+    name: defaults to ``"adam"``, so that slot variables are named as Adam's.
+    **kwargs: Keras' optimizer arguments (``global_clipnorm``, ``weight_decay``, ...).
   """
 
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
