@@ -135,3 +135,28 @@ def test_trainer_fused_adam_trains_as_adam(tmp_path):
         "FusedAdam" if name == "fused_adam" else "Adam")
   assert results["fused_adam"]["loss"] == pytest.approx(results["adam"]["loss"], rel=1e-2)
   assert abs(results["fused_adam"]["accuracy"] - results["adam"]["accuracy"]) <= 2 / 359
+
+
+def test_mirrored_replicas_stay_equal():
+  """Under MirroredStrategy (two logical CPUs, tests/conftest.py) every replica's copy
+  takes the same update, the mean gradient's, as with Keras' Adam."""
+  def run(cls):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+      v = keras.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+      optimizer = cls(0.1)
+      optimizer.build([v])
+
+    @tf.function(autograph=False)
+    def step(k):
+      def replica():
+        i = tf.distribute.get_replica_context().replica_id_in_sync_group
+        grad = tf.cast(i + 1, tf.float32) * tf.sin(tf.range(6.0) + k)
+        optimizer.apply([tf.reshape(grad, [2, 3])], [v])
+      strategy.run(replica)
+    for k in range(4):
+      step(tf.constant(float(k)))
+    return [x.numpy() for x in strategy.experimental_local_results(v.value)]
+  fused, plain = run(hn.FusedAdam), run(keras.optimizers.Adam)
+  np.testing.assert_array_equal(fused[0], fused[1])
+  np.testing.assert_allclose(fused[0], plain[0], rtol=0, atol=1e-5)
