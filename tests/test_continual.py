@@ -157,12 +157,14 @@ def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
   assert float(trainer.optimizer.learning_rate.numpy()) == pytest.approx(0.0, abs=1e-9)
 
 
-def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("method", ["hnet", "independent"])
+def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path, method):
   """Stopped inside task 2 (step 50 of 3 x 20), rerun to the end: same checkpoint values,
-  same accuracy matrices (the stored targets of tasks 0 and 1 came back intact)."""
-  full = _config(steps=20, tasks=3, **{"checkpoint_every": 10})
+  same accuracy matrices (the stored targets of tasks 0 and 1, or the stored networks
+  and the one in training, came back intact)."""
+  full = _config(method, steps=20, tasks=3, **{"checkpoint_every": 10})
   straight = loop.train_and_evaluate(full, str(tmp_path / "a"))
-  part = _config(steps=20, tasks=3, **{"checkpoint_every": 10, "num_steps": 50})
+  part = _config(method, steps=20, tasks=3, **{"checkpoint_every": 10, "num_steps": 50})
   loop.train_and_evaluate(part, str(tmp_path / "b"))
   resumed = loop.train_and_evaluate(full, str(tmp_path / "b"))
   for key in ("cl1/matrix", "cl3/matrix"):
