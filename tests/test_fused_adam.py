@@ -2,6 +2,11 @@
 Adam (NumPy in float64, Keras to float32 rounding), the kernel actually used, Keras'
 own update where it does not apply, checkpoints shared with Keras' Adam, and the
 Trainer's ``optim.name = "fused_adam"``."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import keras
@@ -160,3 +165,43 @@ def test_mirrored_replicas_stay_equal():
   fused, plain = run(hn.FusedAdam), run(keras.optimizers.Adam)
   np.testing.assert_array_equal(fused[0], fused[1])
   np.testing.assert_allclose(fused[0], plain[0], rtol=0, atol=1e-5)
+
+
+_LOAD_CHILD = """
+import json, sys
+import numpy as np
+if sys.argv[1] == "keras":
+  import keras
+import hypernet
+import keras
+model = keras.models.load_model(sys.argv[2])
+opt = model.optimizer
+want = np.load(sys.argv[3])
+print(json.dumps({"type": type(opt).__name__, "iterations": int(opt.iterations.numpy()),
+                  "config": {k: str(v) for k, v in opt.get_config().items()},
+                  "slots_equal": all(np.array_equal(v.numpy(), want[f"arr_{i}"])
+                                     for i, v in enumerate(opt.variables))}))
+"""
+
+
+@pytest.mark.parametrize("first", ["hypernet", "keras"])
+def test_a_saved_model_loads_with_its_fused_adam_after_import_hypernet(tmp_path, first):
+  """A model compiled with FusedAdam and saved loads in a new process after ``import
+  hypernet`` alone (the class is registered with Keras before its module is imported),
+  with its config and every slot value."""
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+  model.compile(optimizer=hn.FusedAdam(1e-2, beta_2=0.99), loss="mse")
+  x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+  model.fit(x, x[:, :3], epochs=2, batch_size=4, verbose=0)
+  model.save(str(tmp_path / "m.keras"))
+  np.savez(tmp_path / "slots.npz", *[v.numpy() for v in model.optimizer.variables])
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  out = subprocess.run([sys.executable, "-c", _LOAD_CHILD, first, str(tmp_path / "m.keras"),
+                        str(tmp_path / "slots.npz")], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  got = json.loads(out.stdout.strip().splitlines()[-1])
+  assert got["type"] == "FusedAdam" and got["iterations"] == 4 and got["slots_equal"]
+  assert got["config"]["beta_2"] == "0.99"

@@ -1,4 +1,5 @@
-"""``keras.models.load_model`` finds hypernet's models after ``import hypernet`` alone.
+"""``keras.models.load_model`` finds hypernet's models (and a model's ``hn.FusedAdam``)
+after ``import hypernet`` alone.
 
 Keras resolves a saved custom class by its registered name (``"hypernet>HyperModel"``)
 in :func:`keras.saving.get_custom_objects`, which holds a class only once the module
@@ -26,6 +27,7 @@ from typing import Dict
 SERIALIZABLES: Dict[str, str] = {
     "hypernet>HyperModel": "hypernet.keras.models:HyperModel",
     "hypernet>MetaModel": "hypernet.keras.models:MetaModel",
+    "hypernet>FusedAdam": "hypernet.numerics.fused_adam:FusedAdam",
 }
 
 

@@ -27,12 +27,15 @@ class FusedAdam(keras.optimizers.Adam):
   size, ``alpha_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``, and ``epsilon`` added
   to ``sqrt(v_t)``, as Keras and TensorFlow write it), the same slot variables in the
   same order and names (a checkpoint of either optimiser restores into the other) and
-  the same :meth:`get_config`. Only the rounding differs: the kernel forms
-  ``1 - beta_1`` in the variable's dtype (float32: ``1 - 0.9f``), Keras in Python
-  floats, so float32 values agree to float32 rounding (a few ulp a step), not bit for
-  bit. In float64 this class is Algorithm 1 to the last bit (tested against NumPy),
-  where Keras 3.15's Adam is off by about 1e-6 relative: it casts ``beta_1`` and
-  ``beta_2`` to the variable's dtype through float32 for the bias correction.
+  the same :meth:`get_config`. Only the rounding differs: the kernel forms ``1 - beta_1``
+  and ``1 - beta_2`` in the variable's dtype (float32: ``1 - 0.999f = 0.00099998713``),
+  Keras in Python floats. In float32 ``1 - beta_2`` is then off by 1.3e-5 relative from
+  Keras' at 0.999 (1.4e-3 at 0.99999), and so is the second moment; the steps, which
+  scale with its square root, differ by about half that, a constant offset rather than
+  one that grows with the steps. In float64 this class is Algorithm 1 to the last bit
+  (tested against NumPy), where Keras 3.15's Adam is off by about 1e-6 relative: it
+  casts ``beta_1`` and ``beta_2`` to the variable's dtype through float32 for the bias
+  correction.
 
   Keras' own update runs instead, for that variable, where the fused kernel does not
   apply: ``amsgrad=True``, a sparse gradient (``tf.IndexedSlices``), a variable or slot
