@@ -844,8 +844,9 @@ def _adam_slots_canary() -> Optional[str]:
   v = keras.Variable([1.0, -2.0])
   optimizer.build([v])
   names = ("_momentums", "_velocities", "_get_variable_index")
-  if not all(hasattr(optimizer, n) for n in names):
-    return f"keras.optimizers.Adam has no {' / '.join(n for n in names if not hasattr(optimizer, n))}"
+  missing = [n for n in names if not hasattr(optimizer, n)]
+  if missing:
+    return f"keras.optimizers.Adam has no {' / '.join(missing)}"
   optimizer.apply([tf.constant([0.5, -1.0])], [v])
   m, velocity = adam_slots(optimizer, v)
   # One step from zero: m = (1 - 0.9) g, v = (1 - 0.999) g^2.

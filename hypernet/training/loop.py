@@ -66,9 +66,9 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> keras
   """Builds the outer optimiser from ``config`` (= ``config.optim``).
 
   Fields: ``name`` (adam | fused_adam: the same update as one kernel per variable,
-  :class:`hypernet.numerics.fused_adam.FusedAdam` | adamw | sgd), ``lr``, ``schedule`` (constant | cosine | step:
-  ``lr * decay_rate ** (step // decay_every)``), ``warmup_steps``, ``weight_decay``
-  (adamw), ``momentum`` (sgd), ``grad_clip_norm`` (global norm, 0 = off).
+  :class:`hypernet.numerics.fused_adam.FusedAdam` | adamw | sgd), ``lr``, ``schedule``
+  (constant | cosine | step: ``lr * decay_rate ** (step // decay_every)``),
+  ``warmup_steps``, ``weight_decay`` (adamw), ``momentum`` (sgd), ``grad_clip_norm`` (global norm, 0 = off).
 
   Raises:
     ValueError: an unknown ``name`` or ``schedule``, or a non-positive ``lr``.
