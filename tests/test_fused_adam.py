@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 import hypernet as hn
-from hypernet.training import loop
+from hypernet.training import distribute, loop
 
 SHAPES = [(7, 5), (5,), (3, 3, 2, 4)]
 
@@ -146,7 +146,7 @@ def test_mirrored_replicas_stay_equal():
   """Under MirroredStrategy (two logical CPUs, tests/conftest.py) every replica's copy
   takes the same update, the mean gradient's, as with Keras' Adam."""
   def run(cls):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = distribute.get_strategy("mirrored")   # the process's one (two CPUs)
     with strategy.scope():
       v = keras.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
       optimizer = cls(0.1)
