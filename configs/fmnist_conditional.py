@@ -4,7 +4,7 @@ class y as (y + t) mod 10; every batch is split among the tasks (16 examples eac
 (tasks.MultiTaskClassificationTask). Each task is as hard as Fashion-MNIST itself, so the
 mean accuracy compares with ``configs/fmnist_plain.py --config.num_steps=6000``. (A
 conditional chunked hypernetwork reached 83.2% at 3000 steps; the MLP kind 87.4% at 3000
-and 88.9% at 6000: experiments/RESULTS_hypernets.md.)
+and 89.12% at 6000: experiments/RESULTS_hypernets.md.)
 
     python -m hypernet.train --config=configs/fmnist_conditional.py \
       --workdir=/tmp/fmnist_conditional --config.data.data_dir=../shared/data/fashion-mnist

@@ -9,8 +9,8 @@ alphabets, so meta-training uses images_background.zip only (the background alph
 Lake et al.'s protocol); 200 of its characters are held out for the 600 meta-test
 episodes.
 
-First order by default (meta-training is about 2.4x cheaper per step than second order
-on CPU, measured by benchmarks/meta_bench.py); ``--config.meta.learner=maml`` (and
+First order by default (a meta-step is 1.1-1.2x cheaper than second order's on CPU at
+meta-batch 16, measured by benchmarks/meta_bench.py: experiments/RESULTS_meta.md); ``--config.meta.learner=maml`` (and
 ``--config.jit_compile=false``) for Finn et al.'s second order.
 
     python -m hypernet.train --config=configs/omniglot_20way.py \

@@ -11,10 +11,11 @@ configs: 1,000 fixed 5-way 1-shot meta-test episodes, 15 queries per class.
 
 The budget is stated apart from the other gradient-based learners' (5,000 x 8,
 ``configs/omniglot_standard_maml.py``): 1,000 meta-steps x meta-batch 8. Five
-second-order inner steps cost ~8x MAML's one: ``omniglot_mamlpp`` ran 1,000 x 8 in
-2,695 s (45 min, load 3-6, five 600-episode evaluations) against MAML's 1,500 x 8 in
-326 s (experiments/RESULTS_meta.md); the five 1,000-episode evaluations of 15 queries here
-add ~10 min; 5,000 steps would take ~4 h on 2 cores. Its learning curve is the first 1,000 steps of the
+second-order inner steps cost 7-12x MAML's one in wall time: this config ran 1,000 x 8
+in 65.0 min with its five 1,000-episode evaluations, against MAML's 5,000 x 8 in 48.8
+min (experiments/omniglot_standard/omniglot_learners.md); ``omniglot_mamlpp`` 1,000 x 8 in
+2,695 s (load 3-6, five 600-episode evaluations) against MAML's 1,500 x 8 in 326 s
+(experiments/RESULTS_meta.md); 5,000 steps would take 4-5 h on 2 cores. Its learning curve is the first 1,000 steps of the
 others' on the same axes. The paper's budget (125,000 x 16):
 configs/omniglot_standard_mamlpp_full.py.
 

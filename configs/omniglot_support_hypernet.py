@@ -15,7 +15,7 @@ fixed 5-way 1-shot episodes on held-out characters (x4 rotations), accuracy with
 95% interval.
 
 Data defaults: the two background subsets of the Omniglot repository
-(images_background_small1/2.zip, 10 alphabets), 50 characters held out. For the full
+(images_background_small1/2.zip, 8 alphabets), 50 characters held out. For the full
 set: --config.data.omniglot_zips=images_background.zip,images_evaluation.zip
 --config.data.num_test_characters=423.
 

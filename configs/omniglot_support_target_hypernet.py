@@ -6,7 +6,7 @@ maps the support set's mean body feature (the task embedding, 64-d) to the kerne
 ``w0 + gamma * H(z)``, with the gate ``gamma`` learned from 0, so training starts from
 the head-only learner (hypernet/meta/support_target.py). The hypernetwork is sized by
 the config.hypernet fields of its kind (chunks of 1,024 weights, 32-d chunk embeddings,
-one 64-unit hidden layer: ~75k parameters for the conv4 body's 111k kernel weights).
+one 64-unit hidden layer: 76,257 parameters for the conv4 body's 111,168 kernel weights).
 
 Data and meta-test as configs/omniglot_support_hypernet.py: the two background subsets,
 50 characters held out, 600 fixed 5-way 1-shot episodes with a 95% interval; the
