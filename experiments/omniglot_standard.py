@@ -54,8 +54,6 @@ ANCHORS = (
 # Issue 40's targets for the 3-seed means (%): (what the target is, lower bounds).
 TARGETS = {
     "omniglot_standard_support_hypernet": ("above MAML++", (99.5, 99.93, 97.7, 99.35)),
-    # The 5-shot model answers for the two 5-shot settings only (None: no target).
-    "omniglot_standard_support_hypernet_5shot": ("above MAML++", (None, 99.93, None, 99.35)),
     "omniglot_standard_protonet": ("within 0.5 of Snell et al.",
                                    tuple(round(a - 0.5, 2) for a in ANCHORS[1][1])),
 }
@@ -143,8 +141,7 @@ def _mean_sd(values: Sequence[float]) -> Tuple[float, float]:
 def table(name: str, seeds: Dict[int, Dict[str, Dict]]) -> str:
   """Markdown for one config: a row per seed (accuracy +- CI95 in % per setting, the
   training and the evaluations' wall times), the mean +- sd (sample sd) over seeds and,
-  for a config with a target (:data:`TARGETS`), the target and mean - target (an empty
-  cell in a setting the config has no target in).
+  for a config with a target (:data:`TARGETS`), the target and mean - target.
 
   Args:
     name: the config.
@@ -172,11 +169,10 @@ def table(name: str, seeds: Dict[int, Dict[str, Dict]]) -> str:
                             for m, sd in means) + " | | |")
   if name in TARGETS:
     what, bounds = TARGETS[name]
-    lines.append(f"| target ({what}) | " + " | ".join(
-        "" if b is None else f">= {b:g}" for b in bounds) + " | | |")
+    lines.append(f"| target ({what}) | " + " | ".join(f">= {b:g}" for b in bounds) + " | | |")
     lines.append("| mean - target | " + " | ".join(
-        "" if b is None else f"{m - b:+.2f} ({'met' if m >= b else 'missed'})"
-        for (m, _), b in zip(means, bounds)) + " | | |")
+        f"{m - b:+.2f} ({'met' if m >= b else 'missed'})" for (m, _), b in zip(means, bounds))
+                 + " | | |")
   return "\n".join(lines)
 
 

@@ -196,18 +196,6 @@ def test_omniglot_standard_tables_each_seed_in_four_settings_against_the_targets
                             f"--out={out}"])
 
 
-def test_omniglot_standard_5shot_model_is_held_to_the_5shot_targets_only():
-  """The 5-shot config's table has targets (MAML++'s, >= 99.93 / 99.35) and signed gaps in
-  5w5s and 20w5s and empty cells in the two 1-shot settings."""
-  from experiments import omniglot_standard  # pylint: disable=g-import-not-at-top
-  accs = (0.9910, 0.9990, 0.9650, 0.9930)
-  seeds = {0: {n: {"accuracy": a, "accuracy_ci95": 0.001}
-               for (n, _, _), a in zip(omniglot_standard.SETTINGS, accs)}}
-  text = omniglot_standard.table("omniglot_standard_support_hypernet_5shot", seeds)
-  assert "| target (above MAML++) |  | >= 99.93 |  | >= 99.35 | | |" in text
-  assert "| mean - target |  | -0.03 (missed) |  | -0.05 (missed) | | |" in text
-
-
 def test_omniglot_learners_tables_each_learner_and_draws_a_curve_per_learner(tmp_path,
                                                                            monkeypatch):
   """experiments/omniglot_learners.py --no-run on fake finished runs of the four CPU

@@ -244,26 +244,3 @@ def test_wide_episodes_on_the_standard_split_train(tmp_path, data_dir):
   c.meta.eval_episodes = 10
   metrics = loop.train_and_evaluate(c, str(tmp_path))  # As python -m hypernet.train does.
   assert metrics["step"] == 3 and metrics["accuracy"] > 5 / 72, metrics
-
-
-@pytest.mark.slow
-def test_5shot_config_is_the_standard_one_with_5shot_40way_episodes_and_trains(tmp_path,
-                                                                              data_dir):
-  """configs/omniglot_standard_support_hypernet_5shot.py differs from the 1-shot standard
-  config in exactly meta.num_shots = 5 and meta.train_ways = 40; two meta-steps of it on
-  the full standard split run through the command line's loop, and its own evaluation
-  (5-way 5-shot, 15 queries) is above chance."""
-  configs = pathlib.Path(__file__).parents[1] / "configs"
-  c = config_lib.load_config_file(str(configs / "omniglot_standard_support_hypernet_5shot.py"))
-  one_shot = config_lib.load_config_file(str(configs /
-                                             "omniglot_standard_support_hypernet.py"))
-  config_lib.validate(c)
-  new, old = config_lib.flatten(c), config_lib.flatten(one_shot)
-  assert set(new) == set(old)
-  assert {k: (old[k], v) for k, v in new.items() if old[k] != v} == {
-      "meta.num_shots": (1, 5), "meta.train_ways": (60, 40)}
-  c.data.data_dir = str(data_dir / "omniglot")
-  c.num_steps, c.eval_every, c.checkpoint_every = 2, 0, 2
-  c.meta.eval_episodes = 4
-  metrics = loop.train_and_evaluate(c, str(tmp_path))
-  assert metrics["step"] == 2 and metrics["accuracy"] > 1 / 5, metrics
