@@ -251,6 +251,41 @@ def test_non_kernel_tensors_start_at_target_mean():
     assert abs(float(np.mean(w["bn/beta"]))) < 0.05
 
 
+@pytest.mark.parametrize("head_multiplier", [1.0, 4.0])
+def test_pytorch_init_generates_the_raw_chunks_of_pytorch_default_layers(head_multiplier):
+  # hypercl's init: every generator layer U(+-1/sqrt(fan_in)) for kernel and bias, the
+  # weights the raw chunks; recomputed here in NumPy from the hypernetwork's variables.
+  spec = {"a/kernel": tf.TensorSpec((30, 20), tf.float64),
+          "a/bias": tf.TensorSpec((20,), tf.float64), "b/kernel": tf.TensorSpec((20, 7), tf.float64)}
+  h = ChunkedHypernetwork(spec, chunk_size=100, chunk_emb_dim=8, hidden=(25, 12),
+                          activation="elu", init="pytorch", num_conditions=3,
+                          condition_dim=5, head_multiplier=head_multiplier, dtype="float64",
+                          seed=3)
+  layers = list(h.generator.layers) + [h.output_head]
+  fan_ins = [13, 25, 12]
+  for layer, fan_in in zip(layers, fan_ins):
+    stored_bound = 1 / np.sqrt(fan_in) / (head_multiplier if layer is h.output_head else 1)
+    for v in (layer.kernel.numpy(), layer.bias.numpy()):
+      assert np.abs(v).max() <= stored_bound and np.abs(v).max() > 0.8 * stored_bound
+  e = h.chunk_embeddings.numpy()
+  np.testing.assert_allclose(np.std(e), 1.0, atol=0.2)
+  cond = h.condition_embeddings.numpy()[2]
+  x = np.concatenate([e, np.broadcast_to(cond, (len(e), 5))], 1)
+  elu = lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0)))
+  for layer in h.generator.layers:
+    x = elu(x @ layer.kernel.numpy() + layer.bias.numpy())
+  flat = ((x @ h.output_head.kernel.numpy() + h.output_head.bias.numpy())
+          * head_multiplier).reshape(-1)
+  w = h(tf.constant([2]))
+  got = np.concatenate([w[p].numpy()[0].reshape(-1) for p in h.paths])
+  np.testing.assert_allclose(got, flat[:got.size], rtol=1e-12, atol=1e-14)
+
+
+def test_pytorch_init_is_the_chunked_kinds_alone():
+  with pytest.raises(ValueError, match="init='pytorch' is unknown"):
+    MLPHypernetwork({"d/kernel": tf.TensorSpec((4, 3))}, init="pytorch")
+
+
 # ----------------------------------------------------------------------------------------
 # Gradients against float64 central finite differences.
 # ----------------------------------------------------------------------------------------

@@ -257,10 +257,12 @@ def check_activation(activation: str) -> str:
 
 
 def mlp(in_width: int, hidden: Sequence[int], *, seed: int, dtype, name: str,
-        layer_prefix: str, activation: str = "relu") -> Optional[keras.Sequential]:
+        layer_prefix: str, activation: str = "relu",
+        pytorch_init: bool = False) -> Optional[keras.Sequential]:
   """MLP ``in_width -> hidden[0] -> ... -> hidden[-1]`` with ``activation`` (one of
   :data:`ACTIVATIONS`, Keras' functions of those names; von Oswald et al. 2020 use ELU)
-  after every layer (He-normal kernels, layer ``i`` seeded ``seed + i``, named
+  after every layer (He-normal kernels and zero biases, or with ``pytorch_init`` both
+  ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, :func:`pytorch_uniform`; layer ``i`` seeded ``seed + i``, named
   ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential`` attribute-to-be:
   ``tf.train.Checkpoint`` tracks a Sequential, not a Python list of layers. ``None`` for
   no hidden layers. Call it on ``[n, in_width]`` (see :func:`apply_rowwise` for more
@@ -273,12 +275,27 @@ def mlp(in_width: int, hidden: Sequence[int], *, seed: int, dtype, name: str,
   if not hidden:
     return None
   policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+  widths = [int(in_width)] + [int(h) for h in hidden]
+
+  def initializers(i):
+    if pytorch_init:
+      return dict(kernel_initializer=pytorch_uniform(widths[i], seed + i),
+                  bias_initializer=pytorch_uniform(widths[i], seed + 1000 + i))
+    return dict(kernel_initializer=keras.initializers.HeNormal(seed=seed + i))
+
   return keras.Sequential(
       [keras.Input((int(in_width),), dtype=policy.variable_dtype)] +
       [keras.layers.Dense(int(h), activation=activation, name=f"{layer_prefix}{i + 1}",
-                          kernel_initializer=keras.initializers.HeNormal(seed=seed + i),
-                          dtype=policy)
+                          dtype=policy, **initializers(i))
        for i, h in enumerate(hidden)], name=name)
+
+
+def pytorch_uniform(fan_in: int, seed: int, scale: float = 1.0) -> keras.initializers.Initializer:
+  """``U(-scale / sqrt(fan_in), scale / sqrt(fan_in))``: PyTorch's default init of an
+  ``nn.Linear``'s weight (``kaiming_uniform_(a=sqrt(5))``) and bias, by the layer's
+  ``fan_in``."""
+  bound = scale / float(np.sqrt(fan_in))
+  return keras.initializers.RandomUniform(-bound, bound, seed=seed)
 
 
 def apply_rowwise(layer, x: tf.Tensor) -> tf.Tensor:
@@ -333,10 +350,13 @@ def second_moment(x) -> float:
   return max(float(np.mean(np.square(np.asarray(x, np.float64)))), 1e-12)
 
 
-def check_mode(init: str) -> None:
+def check_mode(init: str, extra: Sequence[str] = ()) -> None:
+  """Raises ``ValueError`` unless ``init`` is one of the hyperfan modes or ``extra`` (the
+  kind's own)."""
   from hypernet.hypernetworks import init as hinit  # pylint: disable=g-import-not-at-top
-  if init not in hinit.MODES:
-    raise ValueError(f"init={init!r} is unknown; choose one of {hinit.MODES}.")
+  modes = tuple(hinit.MODES) + tuple(extra)
+  if init not in modes:
+    raise ValueError(f"init={init!r} is unknown; choose one of {modes}.")
 
 
 def stats_for(target_spec: Mapping[str, tf.TensorSpec],

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from hypernet.hypernetworks import base
+from hypernet.hypernetworks import init as hinit
 
 
 @base.KINDS.register("chunked")
@@ -33,7 +34,11 @@ class ChunkedHypernetwork(base.Hypernetwork):
     activation: the hidden units' nonlinearity, one of
       :data:`hypernet.hypernetworks.base.ACTIVATIONS` (``"relu"``; von Oswald et al. 2020
       use ``"elu"``, which has no dead units in a narrow generator).
-    init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``.
+    init: ``"hyperfan_in"``, ``"hyperfan_out"`` or ``"glorot"``; or ``"pytorch"``, the
+      init of von Oswald et al. 2020's code (chrhenning/hypercl): every generator layer,
+      the output head included, PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
+      for kernel and bias, the raw chunks the weights themselves (no per-tensor gain or
+      mean, no centring; ``center`` is ignored); docs/hypernetworks.md, "PyTorch's init".
     center: centre the generator's features at init (``b_out = -W_out . mean(h)``, see
       below); ``False``: ``b_out = 0`` and ``W_out`` scaled by ``E[h^2]`` instead.
     emb_multiplier: ``m > 0``; the chunk embeddings are stored divided by ``m`` and used
@@ -122,10 +127,15 @@ class ChunkedHypernetwork(base.Hypernetwork):
     self.head_precondition = float(head_precondition)
     self.num_chunks = -(-self.num_generated // self.chunk_size)
     self.init_mode = init
+    base.check_mode(init, extra=(hinit.PYTORCH,))
+    pytorch_init = init == hinit.PYTORCH
 
-    stats = base.stats_for(self.target_spec, target_values, init)
-    gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
-    mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
+    if pytorch_init:   # The raw chunks are the weights.
+      gain, mean = np.ones(self.num_generated), np.zeros(self.num_generated)
+    else:
+      stats = base.stats_for(self.target_spec, target_values, init)
+      gain = np.concatenate([np.full(n, stats[p][1]) for p, n in zip(self.paths, self.sizes)])
+      mean = np.concatenate([np.full(n, stats[p][0]) for p, n in zip(self.paths, self.sizes)])
     # Fixed by the target's shapes, so constants rather than checkpointed state.
     self._gain = tf.constant(gain, self.compute_dtype)
     self._mean = tf.constant(mean, self.compute_dtype)
@@ -145,8 +155,16 @@ class ChunkedHypernetwork(base.Hypernetwork):
     self.activation = base.check_activation(activation)
     self.generator = base.mlp(in_width, hidden, seed=seed + 1, dtype=self.dtype_policy,
                               name=f"{name}_generator", layer_prefix=f"{name}_hidden",
-                              activation=activation)
+                              activation=activation, pytorch_init=pytorch_init)
     width = int(hidden[-1]) if hidden else in_width
+    if pytorch_init:   # Stored divided by the head multiplier, as below.
+      self.output_head = keras.layers.Dense(
+          self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
+          kernel_initializer=base.pytorch_uniform(width, seed + 101, 1 / self.head_multiplier),
+          bias_initializer=base.pytorch_uniform(width, seed + 102, 1 / self.head_multiplier))
+      self.output_head.build((None, width))
+      self.built = True
+      return
     embeddings = self.embeddings.numpy().astype(np.float64)
     conditions = self.init_conditions(seed=seed)
     if self.condition_per_chunk:   # Each condition: its C rows beside the C embeddings.

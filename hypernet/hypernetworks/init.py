@@ -10,6 +10,9 @@ from typing import Dict, Mapping, Optional, Tuple
 import numpy as np
 
 MODES = ("hyperfan_in", "hyperfan_out", "glorot")
+PYTORCH = "pytorch"
+"""The chunked hypernetwork's other init: PyTorch's default layer init, with the raw
+chunks as the weights (no target statistics); docs/hypernetworks.md, "PyTorch's init"."""
 _MIN_STD = 0.05
 
 
