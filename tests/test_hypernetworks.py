@@ -256,7 +256,8 @@ def test_pytorch_init_generates_the_raw_chunks_of_pytorch_default_layers(head_mu
   # hypercl's init: every generator layer U(+-1/sqrt(fan_in)) for kernel and bias, the
   # weights the raw chunks; recomputed here in NumPy from the hypernetwork's variables.
   spec = {"a/kernel": tf.TensorSpec((30, 20), tf.float64),
-          "a/bias": tf.TensorSpec((20,), tf.float64), "b/kernel": tf.TensorSpec((20, 7), tf.float64)}
+          "a/bias": tf.TensorSpec((20,), tf.float64),
+          "b/kernel": tf.TensorSpec((20, 7), tf.float64)}
   h = ChunkedHypernetwork(spec, chunk_size=100, chunk_emb_dim=8, hidden=(25, 12),
                           activation="elu", init="pytorch", num_conditions=3,
                           condition_dim=5, head_multiplier=head_multiplier, dtype="float64",

@@ -262,8 +262,8 @@ def mlp(in_width: int, hidden: Sequence[int], *, seed: int, dtype, name: str,
   """MLP ``in_width -> hidden[0] -> ... -> hidden[-1]`` with ``activation`` (one of
   :data:`ACTIVATIONS`, Keras' functions of those names; von Oswald et al. 2020 use ELU)
   after every layer (He-normal kernels and zero biases, or with ``pytorch_init`` both
-  ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, :func:`pytorch_uniform`; layer ``i`` seeded ``seed + i``, named
-  ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential`` attribute-to-be:
+  ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, :func:`pytorch_uniform`; layer ``i`` seeded
+  ``seed + i``, named ``f"{layer_prefix}{i + 1}"``), as a ``keras.Sequential`` attribute-to-be:
   ``tf.train.Checkpoint`` tracks a Sequential, not a Python list of layers. ``None`` for
   no hidden layers. Call it on ``[n, in_width]`` (see :func:`apply_rowwise` for more
   leading axes).
