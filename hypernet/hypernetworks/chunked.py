@@ -157,37 +157,37 @@ class ChunkedHypernetwork(base.Hypernetwork):
                               name=f"{name}_generator", layer_prefix=f"{name}_hidden",
                               activation=activation, pytorch_init=pytorch_init)
     width = int(hidden[-1]) if hidden else in_width
-    if pytorch_init:   # Stored divided by the head multiplier, as below.
-      self.output_head = keras.layers.Dense(
-          self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
-          kernel_initializer=base.pytorch_uniform(width, seed + 101, 1 / self.head_multiplier),
-          bias_initializer=base.pytorch_uniform(width, seed + 102, 1 / self.head_multiplier))
-      self.output_head.build((None, width))
-      self.built = True
-      return
-    embeddings = self.embeddings.numpy().astype(np.float64)
-    conditions = self.init_conditions(seed=seed)
-    if self.condition_per_chunk:   # Each condition: its C rows beside the C embeddings.
-      rows = conditions.reshape(len(conditions), self.num_chunks, self.chunk_condition_dim)
-      inputs = np.concatenate([np.broadcast_to(embeddings, rows.shape[:2] + embeddings.shape[1:]),
-                               rows], -1).reshape(-1, embeddings.shape[1] + rows.shape[-1])
+    if pytorch_init:   # Stored divided by the head multiplier, as below; no centring.
+      kernel_init = base.pytorch_uniform(width, seed + 101, 1 / self.head_multiplier)
+      bias_init, center = base.pytorch_uniform(width, seed + 102, 1 / self.head_multiplier), None
     else:
-      inputs = base.condition_grid(embeddings, conditions)
-    # The features h_c (ReLU, ELU, ...) have a non-zero mean mu over the chunks, and W_out . mu would be
-    # the same pattern in every chunk: weights chunk_size apart would be correlated and a
-    # unit summing them would grow with its fan-in (initial digits loss ~45 nats with
-    # chunk_size 128). So the output sees centred features: b_out = -W_out . mu at init,
-    # and W_out is scaled by their variance.
-    features = self._features(tf.constant(inputs, self.compute_dtype)).numpy()
-    center = features.astype(np.float64).mean(axis=0) if center else np.zeros(width)
-    out_std = 1.0 / np.sqrt(width * base.second_moment(features - center))
-    out_std /= self.head_multiplier   # Stored divided by m (b_out below follows W_out).
+      embeddings = self.embeddings.numpy().astype(np.float64)
+      conditions = self.init_conditions(seed=seed)
+      if self.condition_per_chunk:   # Each condition: its C rows beside the C embeddings.
+        rows = conditions.reshape(len(conditions), self.num_chunks, self.chunk_condition_dim)
+        inputs = np.concatenate(
+            [np.broadcast_to(embeddings, rows.shape[:2] + embeddings.shape[1:]), rows],
+            -1).reshape(-1, embeddings.shape[1] + rows.shape[-1])
+      else:
+        inputs = base.condition_grid(embeddings, conditions)
+      # The features h_c (ReLU, ELU, ...) have a non-zero mean mu over the chunks, and
+      # W_out . mu would be the same pattern in every chunk: weights chunk_size apart would
+      # be correlated and a unit summing them would grow with its fan-in (initial digits
+      # loss ~45 nats with chunk_size 128). So the output sees centred features:
+      # b_out = -W_out . mu at init, and W_out is scaled by their variance.
+      features = self._features(tf.constant(inputs, self.compute_dtype)).numpy()
+      center = features.astype(np.float64).mean(axis=0) if center else np.zeros(width)
+      out_std = 1.0 / np.sqrt(width * base.second_moment(features - center))
+      out_std /= self.head_multiplier   # Stored divided by m (b_out below follows W_out).
+      kernel_init = keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101)
+      bias_init = "zeros"
     self.output_head = keras.layers.Dense(
         self.chunk_size, name=f"{name}_output", dtype=self.dtype_policy,
-        kernel_initializer=keras.initializers.RandomNormal(stddev=out_std, seed=seed + 101))
+        kernel_initializer=kernel_init, bias_initializer=bias_init)
     self.output_head.build((None, width))
-    kernel = self.output_head.kernel.numpy().astype(np.float64)
-    self.output_head.bias.assign((-center @ kernel).astype(self.output_head.bias.dtype))
+    if center is not None:
+      kernel = self.output_head.kernel.numpy().astype(np.float64)
+      self.output_head.bias.assign((-center @ kernel).astype(self.output_head.bias.dtype))
     self.built = True
 
   @property
