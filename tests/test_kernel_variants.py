@@ -116,7 +116,7 @@ def variant_runs(tmp_path_factory) -> dict:
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), SCRIPT,
                          json.dumps(variants)], env=env, cwd=ROOT, capture_output=True,
-                        text=True, timeout=600, check=False)
+                        text=True, timeout=300 * len(variants), check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   return {v: folder for v in variants}
 
