@@ -27,18 +27,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags  # noqa: E402
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import fashion_mnist_hyper  # noqa: E402
-import step_ratio  # noqa: E402  (its flags: --batch_size, --steps, --repeats, --jit)
-import timing  # noqa: E402
-from hypernet.tasks import classification  # noqa: E402
+import step_ratio_flags  # noqa: E402  (--batch_size, --steps, --repeats, --jit, ...)
 
 FLAGS = flags.FLAGS
-# step_ratio's flags (--batch_size, --steps, --repeats, ...) are this script's: list them
-# under --help, not only under --helpfull.
-flags.adopt_module_key_flags(step_ratio)
+# step_ratio's flags are this script's: list them under --help, not only under --helpfull.
+flags.adopt_module_key_flags(step_ratio_flags)
+# TensorFlow, the model and step_ratio (with PyTorch where installed) load in main(), after
+# the flags are parsed: --help does not wait for them.
+keras = tf = fashion_mnist_hyper = step_ratio = timing = classification = None
+
+
+def _import_the_benchmark():
+  # pylint: disable=global-statement,g-import-not-at-top,redefined-outer-name
+  global keras, tf, fashion_mnist_hyper, step_ratio, timing, classification
+  import keras
+  import tensorflow as tf
+  import fashion_mnist_hyper
+  import step_ratio
+  import timing
+  from hypernet.tasks import classification
 
 
 def _task(kind="chunked"):
@@ -94,6 +101,7 @@ def _ms_per_call(fn, calls=200):
 
 
 def main(_):
+  _import_the_benchmark()
   data = step_ratio._fake_data()
   x = tf.constant(data.x_train[: FLAGS.batch_size], tf.float32) / 255.0
   batch = {"image": x, "label": tf.constant(data.y_train[: FLAGS.batch_size])}

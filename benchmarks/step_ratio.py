@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import fashion_mnist_hyper  # noqa: E402
+import step_ratio_flags  # noqa: E402
 import timing  # noqa: E402
 import torch_reference  # noqa: E402
 from hypernet.numerics import accel, norm_relu_pool  # noqa: E402
@@ -51,22 +52,9 @@ from hypernet.numerics.fused_adam import FusedAdam  # noqa: E402
 from hypernet.tasks import classification  # noqa: E402
 from hypernet.data.base import ImageClassificationData  # noqa: E402
 
-flags.DEFINE_integer("batch_size", 128, "Examples per step.")
-flags.DEFINE_integer("steps", 50, "Steps per timed call.")
-flags.DEFINE_integer("repeats", 5, "Interleaved timed rounds (medians are reported).")
-flags.DEFINE_bool("jit", False, "jit_compile the steps (XLA).")
-flags.DEFINE_bool("malloc_keep", False, "glibc's malloc keeps freed memory for reuse "
-                  "(torch_reference.keep_freed_memory): PyTorch's tensors stop page-faulting "
-                  "on fresh memory. Process-wide, so the TF variants run with it too.")
-flags.DEFINE_bool("accelerate_meta", False, "Also time the hypernetwork step with the "
-                  "meta-learners' accelerations, as functional_call(..., accelerate='meta') "
-                  "runs it: on CPU each BatchNorm -> ReLU -> 2x2 max-pool block as one kernel "
-                  "(--nobatch_norm: each conv -> bias -> ReLU -> 2x2 max-pool block pooled "
-                  "first) and plain bias adds (hypernet.numerics.accel), with the fused "
-                  "blocks alone, and with both and hn.FusedAdam (Adam as one kernel a "
-                  "variable).")
-flags.DEFINE_bool("batch_norm", None, "BatchNorm after each conv of the target (default: "
-                  "as configs/fashion_mnist_hyper.py, which has it).")
+# The flags (--batch_size, --steps, --repeats, --jit, ...): step_ratio_flags.py, listed under
+# this script's --help.
+flags.adopt_module_key_flags(step_ratio_flags)
 FLAGS = flags.FLAGS
 
 

@@ -87,15 +87,59 @@ def _ops(fn, *args):
   return found
 
 
-def _run_script(code: str) -> dict:
-  """Runs ``code`` in a fresh Python process (first calls, process-wide installs) and
-  returns the JSON object it prints last."""
+# Scripts that need a process of their own (first calls, process-wide installs), by name;
+# each test's is defined above it.
+_FRESH_SCRIPTS = {}
+
+# One Python process runs every script of _FRESH_SCRIPTS, each in a child forked before
+# anything of hypernet is imported (after TensorFlow and Keras, which every script imports
+# first: not what they test), its stdout, stderr and exit status written to DIR/NAME.*.
+_FORK_EACH = """
+import json, os, sys, traceback
+import keras, tensorflow  # Not ours: loaded once, before the forks.
+folder, scripts = sys.argv[1], json.loads(sys.argv[2])
+for name, code in scripts.items():
+  sys.stdout.flush(); sys.stderr.flush()
+  pid = os.fork()
+  if pid == 0:  # A child with no hypernet module loaded runs just this script.
+    status = 0
+    for fd, ext in ((1, "out"), (2, "err")):
+      os.dup2(os.open(os.path.join(folder, name + "." + ext),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    try:
+      exec(compile(code, name, "exec"), {"__name__": "__main__"})
+    except BaseException:
+      traceback.print_exc()
+      status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(status)
+  with open(os.path.join(folder, name + ".status"), "w") as f:
+    f.write(str(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_processes(tmp_path_factory):
+  """Runs each script of ``_FRESH_SCRIPTS`` in a fresh process (a child forked before any
+  hypernet import, one launch of Python for all): ``{name: (status, stdout, stderr)}``."""
+  folder = tmp_path_factory.mktemp("fresh")
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
              TF_CPP_MIN_LOG_LEVEL="3")
-  done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                        text=True, env=env, cwd=ROOT, timeout=600, check=False)
+  scripts = {name: textwrap.dedent(code) for name, code in _FRESH_SCRIPTS.items()}
+  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), json.dumps(scripts)],
+                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+                        check=False)
   assert done.returncode == 0, done.stderr[-3000:]
-  return json.loads(done.stdout.strip().splitlines()[-1])
+  return {name: (int((folder / f"{name}.status").read_text()),
+                 (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text())
+          for name in scripts}
+
+
+def _run_script(fresh_processes, name: str) -> dict:
+  """The JSON object ``_FRESH_SCRIPTS[name]`` printed last in its fresh process."""
+  status, out, err = fresh_processes[name]
+  assert status == 0, err[-3000:]
+  return json.loads(out.strip().splitlines()[-1])
 
 
 # --- the canaries, with the hook broken ---------------------------------------------
@@ -631,10 +675,7 @@ def test_backend_module_found_in_the_keras_316_layout(monkeypatch):
   assert "\n" not in str(error.value) and "nn.moments" in str(error.value)
 
 
-def test_hypernet_runs_with_the_keras_316_module_layout():
-  # A fresh process in which the old module paths are gone (as in keras-nightly 3.16):
-  # importing them by path failed at `import hypernet.meta` and the first functional call.
-  out = _run_script("""
+_FRESH_SCRIPTS["keras_316_layout"] = """
     import importlib, json, sys, types
     import keras, tensorflow as tf
     import keras.src.backend.tensorflow as tfb
@@ -667,7 +708,13 @@ def test_hypernet_runs_with_the_keras_316_module_layout():
       active = plain_bias.is_active()
     print(json.dumps({"f2": float(t2.gradient(g, a)), "plain_bias": active,
                       "canaries": compat.canary_report()}))
-  """)
+"""
+
+
+def test_hypernet_runs_with_the_keras_316_module_layout(fresh_processes):
+  # A fresh process in which the old module paths are gone (as in keras-nightly 3.16):
+  # importing them by path failed at `import hypernet.meta` and the first functional call.
+  out = _run_script(fresh_processes, "keras_316_layout")
   assert out["f2"] == pytest.approx(EXACT, abs=1e-6)
   assert out["plain_bias"] == (not tf.config.list_logical_devices("GPU"))
   assert all(v is None for v in out["canaries"].values()), out["canaries"]
@@ -747,10 +794,7 @@ def test_exact_moments_decided_by_the_trace_not_by_its_caller():
   assert float(t2.gradient(g, a)) == pytest.approx(EXACT, abs=1e-6)
 
 
-def test_first_functional_call_with_overrides_on_batch_norm_runs_the_fused_kernel():
-  # Before, overrides bound the layer's call before the fused dispatcher was installed:
-  # the first such call in a process ran Keras' BatchNorm, later ones the kernel.
-  out = _run_script("""
+_FRESH_SCRIPTS["overrides_first_call"] = """
     import json
     import keras, tensorflow as tf
     from hypernet.core import functional
@@ -762,15 +806,17 @@ def test_first_functional_call_with_overrides_on_batch_norm_runs_the_fused_kerne
       graph = f.get_concrete_function(tf.TensorSpec([2, 4, 4, 3])).graph
       return "FusedBatchNormV3" in {op.type for op in graph.get_operations()}
     print(json.dumps([fused(), fused()]))
-  """)
+"""
+
+
+def test_first_functional_call_with_overrides_on_batch_norm_runs_the_fused_kernel(fresh_processes):
+  # Before, overrides bound the layer's call before the fused dispatcher was installed:
+  # the first such call in a process ran Keras' BatchNorm, later ones the kernel.
+  out = _run_script(fresh_processes, "overrides_first_call")
   assert out == [True, True]
 
 
-def test_other_libraries_wrapping_the_same_keras_methods_cause_no_recursion():
-  # One wrapper installed before hypernet's first use, one after; before, the next
-  # install wrapped the later wrapper (which calls hypernet's dispatcher) as "original":
-  # unbounded recursion on the first call that falls through to Keras.
-  out = _run_script("""
+_FRESH_SCRIPTS["wrappers"] = """
     import collections, functools, json
     import keras, numpy as np, tensorflow as tf
     from hypernet.core import functional
@@ -802,7 +848,14 @@ def test_other_libraries_wrapping_the_same_keras_methods_cause_no_recursion():
     ref_ln = ln(x[:, 0, 0])
     print(json.dumps({"calls": calls, "bn": max(float(tf.reduce_max(tf.abs(o - ref))) for o in outs),
                       "ln": max(float(tf.reduce_max(tf.abs(o - ref_ln))) for o in lns)}))
-  """)
+"""
+
+
+def test_other_libraries_wrapping_the_same_keras_methods_cause_no_recursion(fresh_processes):
+  # One wrapper installed before hypernet's first use, one after; before, the next
+  # install wrapped the later wrapper (which calls hypernet's dispatcher) as "original":
+  # unbounded recursion on the first call that falls through to Keras.
+  out = _run_script(fresh_processes, "wrappers")
   assert out["bn"] == 0.0 and out["ln"] < 1e-6
   for tag in ("bn_before", "bn_after", "moments_before", "moments_after"):
     assert out["calls"].get(tag, 0) >= 3, out["calls"]

@@ -89,16 +89,24 @@ def test_own_hypernetwork_kind_trains_through_the_command_line(tmp_path):
   assert result["params/generated"] == result["params/target"]
 
 
-def test_own_hypernetwork_kind_trains_through_keras_fit(tmp_path):
-  """hn.keras.HyperModel(target, LowRankHypernetwork).fit(...), then save / load_model."""
-  import subprocess  # pylint: disable=g-import-not-at-top
+def _run_here(script, argv, monkeypatch, capsys) -> str:
+  """Runs ``python script *argv`` in this process (what is checked is the training, not
+  the process; TensorFlow is loaded once): its stdout. sys.path is restored after."""
+  import runpy  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  out = subprocess.run(
-      [sys.executable, os.path.join(OWN_KIND, "keras_fit.py"), "--epochs=12",
-       f"--out={tmp_path}"], env=_own_kind_env(), capture_output=True, text=True, timeout=900)
-  assert out.returncode == 0, out.stderr[-3000:]
-  accuracy = float(out.stdout.strip().rpartition(": ")[2])
-  assert accuracy > 0.85, out.stdout[-2000:]  # 397 held-out digits; chance: 0.10
+  monkeypatch.setattr(sys, "argv", [script, *argv])
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  capsys.readouterr()
+  runpy.run_path(script, run_name="__main__")
+  return capsys.readouterr().out
+
+
+def test_own_hypernetwork_kind_trains_through_keras_fit(tmp_path, monkeypatch, capsys):
+  """hn.keras.HyperModel(target, LowRankHypernetwork).fit(...), then save / load_model."""
+  out = _run_here(os.path.join(OWN_KIND, "keras_fit.py"), ["--epochs=12", f"--out={tmp_path}"],
+                  monkeypatch, capsys)
+  accuracy = float(out.strip().rpartition(": ")[2])
+  assert accuracy > 0.85, out[-2000:]  # 397 held-out digits; chance: 0.10
   assert (tmp_path / "lowrank.keras").exists()
 
 

@@ -11,6 +11,7 @@ on fixed inputs must equal the portable build's to float32 rounding (float64: 1e
 A variant needing instruction sets this CPU lacks is skipped here; that the library
 refuses it (before building it, in one line naming ``HYPERNET_KERNEL_ARCH``) is checked.
 """
+import json
 import os
 import subprocess
 import sys
@@ -67,28 +68,72 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(variant: str, tmp_path) -> tuple:
-  """Outputs of ``SCRIPT`` under ``variant`` and the kernel's build report."""
-  env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="2", **{norm_relu_pool.ARCH_ENV: VARIANTS[variant]})
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  path = str(tmp_path / f"{variant}.npz")
-  done = subprocess.run([sys.executable, "-c", SCRIPT, path], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  assert done.returncode == 0, done.stderr[-3000:]
-  import json  # pylint: disable=g-import-not-at-top
-  report = json.loads(done.stdout.split("REPORT", 1)[1].splitlines()[0])
-  return dict(np.load(path)), report
-
-
-@pytest.fixture(scope="module")
-def portable(tmp_path_factory):
-  return _run("portable", tmp_path_factory.mktemp("portable"))
+# One Python process runs ``SCRIPT`` for each variant named on its command line, each in a
+# child forked after TensorFlow loads and before the kernel module is imported (so each
+# child builds and loads its own variant), its output written to DIR/VARIANT.npz, its
+# stdout and stderr to DIR/VARIANT.out / .err and its exit status to DIR/VARIANT.status.
+_FORK_EACH = """
+import json, os, sys, traceback
+import numpy, tensorflow  # Not what is compared: loaded once, before the forks.
+folder, script, variants = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+for variant, arch in variants.items():
+  sys.stdout.flush(); sys.stderr.flush()
+  pid = os.fork()
+  if pid == 0:  # A child with no build of the op loaded builds and runs this variant.
+    status = 0
+    for fd, ext in ((1, "out"), (2, "err")):
+      os.dup2(os.open(os.path.join(folder, variant + "." + ext),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    os.environ[ARCH_ENV] = arch
+    sys.argv = ["-c", os.path.join(folder, variant + ".npz")]
+    try:
+      exec(compile(script, variant, "exec"), {"__name__": "__main__"})
+    except BaseException:
+      traceback.print_exc()
+      status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(status)
+  with open(os.path.join(folder, variant + ".status"), "w") as f:
+    f.write(str(os.waitpid(pid, 0)[1]))
+""".replace("ARCH_ENV", repr(norm_relu_pool.ARCH_ENV))
 
 
 def _runs_here(variant: str) -> bool:
   isa = norm_relu_pool.target_isa(VARIANTS[variant].split())
   return isa is not None and set(isa) <= norm_relu_pool.cpu_extensions()
+
+
+@pytest.fixture(scope="module")
+def variant_runs(tmp_path_factory) -> dict:
+  """``{variant: the folder of its files}``: ``SCRIPT`` run for the portable build and
+  every variant this CPU runs, each built and run in a process of its own (forked
+  children of one launch of Python)."""
+  folder = tmp_path_factory.mktemp("variants")
+  variants = {v: VARIANTS[v] for v in VARIANTS if v == "portable" or _runs_here(v)}
+  env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
+             TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop(norm_relu_pool.ARCH_ENV, None)
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), SCRIPT,
+                         json.dumps(variants)], env=env, cwd=ROOT, capture_output=True,
+                        text=True, timeout=300 * len(variants), check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return {v: folder for v in variants}
+
+
+def _run(variant: str, variant_runs) -> tuple:
+  """Outputs of ``SCRIPT`` under ``variant`` and the kernel's build report."""
+  folder = variant_runs[variant]
+  status = int((folder / f"{variant}.status").read_text())
+  assert status == 0, (folder / f"{variant}.err").read_text()[-3000:]
+  stdout = (folder / f"{variant}.out").read_text()
+  report = json.loads(stdout.split("REPORT", 1)[1].splitlines()[0])
+  return dict(np.load(folder / f"{variant}.npz")), report
+
+
+@pytest.fixture(scope="module")
+def portable(variant_runs):
+  return _run("portable", variant_runs)
 
 
 def test_the_portable_build_uses_no_vector_extension_beyond_sse4_2(portable):
@@ -98,12 +143,12 @@ def test_the_portable_build_uses_no_vector_extension_beyond_sse4_2(portable):
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx512", "native"])
-def test_variant_equals_the_portable_build_to_rounding(variant, portable, tmp_path):
+def test_variant_equals_the_portable_build_to_rounding(variant, portable, variant_runs):
   if norm_relu_pool.target_isa(["-march=x86-64-v2"]) is None:
     pytest.skip("no C++ compiler that answers -dM -E")
   if not _runs_here(variant):
     pytest.skip(f"this CPU lacks {VARIANTS[variant]}'s instruction sets")
-  got, report = _run(variant, tmp_path)
+  got, report = _run(variant, variant_runs)
   assert VARIANTS[variant] in report["flags"].split(), report
   assert set(NEEDS[variant]) <= set(report["isa"]), report
   want, _ = portable

@@ -8,6 +8,7 @@ TensorFlow's separate ops), what is not dispatched, the fallback when the kernel
 be compiled, and the Trainer's ``fused_blocks`` switch.
 """
 import collections
+import json
 import os
 import shutil
 import subprocess
@@ -442,8 +443,78 @@ def test_dispatch_only_for_a_2x2_valid_pool_of_a_fused_batch_norm_relu(case):
       np.testing.assert_array_equal(grads[p].numpy(), ref_grads[p].numpy(), err_msg=p)
 
 
-def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
-  script = textwrap.dedent("""
+# Scripts that need a process of their own (the kernel module's first build or load under
+# a compiler of its own), by name; each test's is defined above it.
+_FRESH_SCRIPTS = {}
+
+# One Python process runs each script named on its command line in a child forked after
+# TensorFlow loads and before any hypernet import, under its own environment (its CXX and
+# kernel cache); the child's stdout, stderr and exit status go to DIR/NAME.out / .err /
+# .status.
+_FORK_EACH = """
+import json, os, sys, traceback
+import keras, numpy, tensorflow  # Not ours: loaded once, before the forks.
+folder, runs = sys.argv[1], json.loads(sys.argv[2])
+for name, (script, env) in runs.items():
+  sys.stdout.flush(); sys.stderr.flush()
+  pid = os.fork()
+  if pid == 0:  # A child with no hypernet module loaded runs just this script.
+    status = 0
+    for fd, ext in ((1, "out"), (2, "err")):
+      os.dup2(os.open(os.path.join(folder, name + "." + ext),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    os.environ.update(env)
+    try:
+      exec(compile(script, name, "exec"), {"__name__": "__main__"})
+    except BaseException:
+      traceback.print_exc()
+      status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(status)
+  with open(os.path.join(folder, name + ".status"), "w") as f:
+    f.write(str(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_processes(tmp_path_factory):
+  """Runs the scripts of ``_FRESH_SCRIPTS`` in fresh processes (children forked before any
+  hypernet import, one launch of Python for all), each with an empty kernel cache and
+  its compiler: ``/bin/false`` for ``no_compiler``; for ``fallback_flags`` (left out
+  without a C++ compiler) a wrapper of g++ that fails as g++ 12 does on an AVX512-FP16
+  CPU unless ``-mno-avx512fp16`` is given. ``{name: (status, stdout, stderr, cache)}``."""
+  folder = tmp_path_factory.mktemp("fresh")
+  compilers = {"no_compiler": "/bin/false"}
+  cxx = shutil.which("g++") or shutil.which("c++")
+  if cxx is not None:
+    wrapper = folder / "cxx"
+    wrapper.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        for a in "$@"; do [ "$a" = -mno-avx512fp16 ] && exec {cxx} "$@"; done
+        echo "PacketMathFP16.h:740:49: error: expected initializer before '<' token" >&2
+        exit 1
+    """))
+    wrapper.chmod(0o755)
+    compilers["fallback_flags"] = str(wrapper)
+  runs = {}
+  for name, compiler in compilers.items():
+    (folder / f"{name}_cache").mkdir()
+    runs[name] = (textwrap.dedent(_FRESH_SCRIPTS[name]),
+                  {"HYPERNET_KERNEL_CACHE": str(folder / f"{name}_cache"), "CXX": compiler})
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
+             TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), json.dumps(runs)],
+                        env=env, cwd=root, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return {name: (int((folder / f"{name}.status").read_text()),
+                 (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text(),
+                 folder / f"{name}_cache") for name in runs}
+
+
+_FRESH_SCRIPTS["no_compiler"] = """
       import collections, os
       os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
       import keras, numpy as np, tensorflow as tf
@@ -470,35 +541,17 @@ def test_without_a_compiler_everything_runs_on_tensorflow_ops(tmp_path):
       loss, grads = concrete(w, x)
       assert np.isfinite(float(loss)) and np.abs(grads["conv1/kernel"].numpy()).max() > 0
       print("FALLBACK-OK")
-  """)
-  cache = tmp_path / "cache"
-  cache.mkdir()
-  env = dict(os.environ, HYPERNET_KERNEL_CACHE=str(cache), CXX="/bin/false",
-             KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="")
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root,
-                        capture_output=True, text=True, timeout=120, check=False)
-  assert done.returncode == 0 and "FALLBACK-OK" in done.stdout, done.stderr[-3000:]
-  assert "kernel is unavailable" in done.stderr  # the warning says why
+"""
 
 
-def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(tmp_path):
-  # g++ 12 with -march=native on an AVX512-FP16 CPU fails on TensorFlow's Eigen headers
-  # (PacketMathFP16.h); a wrapper compiler fails the same way unless -mno-avx512fp16 is
-  # given, so the kernel must still be built, on every machine.
-  cxx = shutil.which("g++") or shutil.which("c++")
-  if cxx is None:
-    pytest.skip("no C++ compiler")
-  wrapper = tmp_path / "cxx"
-  wrapper.write_text(textwrap.dedent(f"""\
-      #!/bin/sh
-      for a in "$@"; do [ "$a" = -mno-avx512fp16 ] && exec {cxx} "$@"; done
-      echo "PacketMathFP16.h:740:49: error: expected initializer before '<' token" >&2
-      exit 1
-  """))
-  wrapper.chmod(0o755)
-  script = textwrap.dedent("""
+def test_without_a_compiler_everything_runs_on_tensorflow_ops(fresh_processes):
+  # CXX=/bin/false, an empty kernel cache.
+  status, out, err, _ = fresh_processes["no_compiler"]
+  assert status == 0 and "FALLBACK-OK" in out, err[-3000:]
+  assert "kernel is unavailable" in err  # the warning says why
+
+
+_FRESH_SCRIPTS["fallback_flags"] = """
       import os
       import numpy as np, tensorflow as tf
       from hypernet.numerics import norm_relu_pool
@@ -513,16 +566,17 @@ def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(tmp_p
       assert "-mno-avx512fp16" in report["flags"].split(), report
       assert report["loaded"] and "avx512_fp16" not in report["isa"], report
       print("FALLBACK-FLAGS-OK")
-  """)
-  cache = tmp_path / "cache"
-  cache.mkdir()
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, HYPERNET_KERNEL_CACHE=str(cache), CXX=str(wrapper),
-             KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root,
-                        capture_output=True, text=True, timeout=180, check=False)
-  assert done.returncode == 0 and "FALLBACK-FLAGS-OK" in done.stdout, done.stderr[-3000:]
+"""
+
+
+def test_a_compiler_that_fails_on_the_native_flags_gets_the_fallback_flags(fresh_processes):
+  # g++ 12 with -march=native on an AVX512-FP16 CPU fails on TensorFlow's Eigen headers
+  # (PacketMathFP16.h); a wrapper compiler fails the same way unless -mno-avx512fp16 is
+  # given, so the kernel must still be built, on every machine.
+  if "fallback_flags" not in fresh_processes:
+    pytest.skip("no C++ compiler")
+  status, out, err, cache = fresh_processes["fallback_flags"]
+  assert status == 0 and "FALLBACK-FLAGS-OK" in out, err[-3000:]
   # The kernel and the flags it was built with (build_report), nothing half-written.
   assert sorted(f.rsplit(".", 1)[-1] for f in os.listdir(cache)) == ["flags", "so"]
 

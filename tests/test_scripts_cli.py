@@ -85,13 +85,20 @@ def test_chunked_diagnostics_documented_command_runs_2_steps():
     ("user_trace.py", ["--repeats", "--steps", "as shipped"]),
 ])
 def test_benchmark_help_exits_0(script, expected, tmp_path):
-  """--help prints the usage and exits 0 without running the benchmark, from any folder;
-  step_breakdown's flags (defined in step_ratio) show under --help, not only --helpfull."""
-  out = _run([os.path.join(REPO, "benchmarks", script), "--help"], cwd=tmp_path)
-  assert out.returncode == 0, out.stderr[-2000:]
+  """--help prints the usage and exits 0 without running the benchmark, from any folder,
+  and without importing TensorFlow (step_breakdown's once took 8 s for it); step_breakdown's
+  flags (step_ratio's) show under --help, not only --helpfull."""
+  out = _run(["-X", "importtime", os.path.join(REPO, "benchmarks", script), "--help"],
+             cwd=tmp_path)
+  imported = [l.rpartition("|")[2].strip() for l in out.stderr.splitlines()
+              if l.startswith("import time:")]
+  stderr = "\n".join(l for l in out.stderr.splitlines() if not l.startswith("import time:"))
+  assert out.returncode == 0, stderr[-2000:]
   for text in expected:
     assert text in out.stdout
   assert " ops " not in out.stdout and "vars" not in out.stdout  # Did not run.
+  assert "absl.flags" in imported or "argparse" in imported, imported[-20:]  # Recorded.
+  assert "tensorflow" not in imported and "keras" not in imported, script
 
 
 def test_each_benchmark_uses_only_what_its_sibling_modules_define():
