@@ -160,16 +160,35 @@ def test_learned_state_is_in_the_keras_weights(digits):
       assert {id(v) for v in learned} <= {id(v) for v in model.variables}, kind
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(digits, tmp_path_factory):
+  """``fit(kind)``: the uninterrupted 3-epoch fit of a kind, run once for the tests below
+  (ModelCheckpoint and EarlyStopping only read the model: the same steps as a bare fit).
+  Returns ``(model, states, folder)``: the model after fit() (EarlyStopping restored its
+  best epoch; only test_every_keras_restore_brings_back_the_state_of_its_epoch uses it),
+  the state at each epoch's end, and the folder of ModelCheckpoint's files."""
+  fits = {}
+
+  def fit(kind):
+    if kind not in fits:
+      folder = tmp_path_factory.mktemp(f"fit_{kind}")
+      model, data = _model_and_data(kind, digits)
+      record = _Record(scores=[3.0, 1.0, 2.0])
+      model.fit(data, epochs=3, verbose=0, callbacks=[
+          record, keras.callbacks.ModelCheckpoint(str(folder / "e{epoch}.weights.h5"),
+                                                  save_weights_only=True),
+          keras.callbacks.EarlyStopping(monitor="score", mode="min", patience=5,
+                                        restore_best_weights=True)])
+      fits[kind] = model, record.states, folder
+    return fits[kind]
+
+  return fit
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_keras_restore_brings_back_the_state_of_its_epoch(kind, digits, tmp_path):
-  model, data = _model_and_data(kind, digits)
-  record = _Record(scores=[3.0, 1.0, 2.0])
-  model.fit(data, epochs=3, verbose=0, callbacks=[
-      record, keras.callbacks.ModelCheckpoint(str(tmp_path / "e{epoch}.weights.h5"),
-                                              save_weights_only=True),
-      keras.callbacks.EarlyStopping(monitor="score", mode="min", patience=5,
-                                    restore_best_weights=True)])
-  epoch1, epoch2 = record.states[1], record.states[2]
+def test_every_keras_restore_brings_back_the_state_of_its_epoch(kind, digits, uninterrupted):
+  model, states, folder = uninterrupted(kind)
+  epoch1, epoch2 = states[1], states[2]
   assert any(not np.array_equal(epoch1[k], epoch2[k]) for k in epoch1
              if k.startswith("model/"))  # The last epoch moved it: each restore is seen.
   # EarlyStopping restored the best epoch's weights (get_weights / set_weights): every
@@ -184,7 +203,7 @@ def test_every_keras_restore_brings_back_the_state_of_its_epoch(kind, digits, tm
   # optimiser and the RNG seed states included.
   fresh, _ = _model_and_data(kind, digits)
   fresh.optimizer.build(fresh.trainable_variables)
-  fresh.load_weights(str(tmp_path / "e2.weights.h5"))
+  fresh.load_weights(str(folder / "e2.weights.h5"))
   _assert_same_state(_state(fresh), epoch1)
 
 
@@ -198,10 +217,9 @@ def _weight_values(model, state):
 # MAML++'s and the support generator's state restore through the same save_weights /
 # load_weights as the ModelCheckpoint case above (three fresh models of MAML++ cost 30 s).
 @pytest.mark.parametrize("kind", ["metasgd", "hyper"])
-def test_backup_and_restore_resumes_to_the_uninterrupted_run(kind, digits, tmp_path):
-  model, data = _model_and_data(kind, digits)
-  whole = _Record()
-  model.fit(data, epochs=3, verbose=0, callbacks=[whole])
+def test_backup_and_restore_resumes_to_the_uninterrupted_run(kind, digits, tmp_path,
+                                                             uninterrupted):
+  whole = uninterrupted(kind)[1]
   backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
   model, data = _model_and_data(kind, digits)
   with pytest.raises(KeyboardInterrupt):
@@ -210,7 +228,7 @@ def test_backup_and_restore_resumes_to_the_uninterrupted_run(kind, digits, tmp_p
   resumed = _Record()
   model.fit(data, epochs=3, verbose=0, callbacks=[backup, resumed])
   assert len(resumed.states) == 1  # Only the third epoch ran again.
-  _assert_same_state(resumed.states[0], whole.states[2])
+  _assert_same_state(resumed.states[0], whole[2])
 
 
 class _StopAfterBatch(keras.callbacks.Callback):
@@ -226,14 +244,12 @@ class _StopAfterBatch(keras.callbacks.Callback):
       raise KeyboardInterrupt(f"interrupted after batch {batch} of epoch {self.epoch}")
 
 
-def test_backup_mid_epoch_resumes_after_its_batch(digits, tmp_path):
+def test_backup_mid_epoch_resumes_after_its_batch(digits, tmp_path, uninterrupted):
   # BackupAndRestore(save_freq=2) over epochs of 3 batches saves after batch 0 of epoch 1
   # (Keras counts batches across epochs); the interrupted run stops after batch 1.
   # Keras 3 would rerun epoch 1 from its batch 0 on the weights saved after it (one step
   # too many); the model skips that batch.
-  model, data = _model_and_data("hyper", digits)
-  whole = _Record()
-  model.fit(data, epochs=3, verbose=0, callbacks=[whole])
+  whole = uninterrupted("hyper")[1]
   backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"), save_freq=2)
   model, data = _model_and_data("hyper", digits)
   with pytest.raises(KeyboardInterrupt):
@@ -244,7 +260,7 @@ def test_backup_mid_epoch_resumes_after_its_batch(digits, tmp_path):
   resumed = _Record()
   model.fit(data, epochs=3, verbose=0, callbacks=[backup, resumed])
   assert len(resumed.states) == 2  # Epochs 1 and 2.
-  _assert_same_state(resumed.states[-1], whole.states[2])
+  _assert_same_state(resumed.states[-1], whole[2])
 
 
 _CHILD = r"""
