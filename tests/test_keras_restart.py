@@ -60,7 +60,9 @@ def _assert_same(got, want):
     np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 
 
-@pytest.fixture(scope="module")
+# Session scope: the slow test runs first (tests/conftest.py orders slow tests first), and
+# a module fixture would be run again for the other test after other files' tests.
+@pytest.fixture(scope="session")
 def uninterrupted():
   """Every variable after the uninterrupted run (MirroredStrategy, two logical CPUs)."""
   strategy = distribute.get_strategy("mirrored")

@@ -39,7 +39,10 @@ def _config():
   return c
 
 
-@pytest.fixture(scope="module")
+# Session scope (the run is only read): its slow readers run first (tests/conftest.py
+# orders slow tests first) and the others after other files' tests; a module fixture
+# would train it again for them.
+@pytest.fixture(scope="session")
 def run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("summaries") / "digits_run"  # Alone in its parent.
   result = loop.train_and_evaluate(_config(), str(workdir))
