@@ -165,8 +165,10 @@ def uninterrupted(digits, tmp_path_factory):
   """``fit(kind)``: the uninterrupted 3-epoch fit of a kind, run once for the tests below
   (ModelCheckpoint and EarlyStopping only read the model: the same steps as a bare fit).
   Returns ``(model, states, folder)``: the model after fit() (EarlyStopping restored its
-  best epoch; only test_every_keras_restore_brings_back_the_state_of_its_epoch uses it),
-  the state at each epoch's end, and the folder of ModelCheckpoint's files."""
+  best epoch; test_every_keras_restore_brings_back_the_state_of_its_epoch then sets
+  weights of its own, test_saved_models_load_in_a_new_process_after_import_hypernet_alone
+  saves the hyper one), the state at each epoch's end, and the folder of ModelCheckpoint's
+  files."""
   fits = {}
 
   def fit(kind):
@@ -294,12 +296,11 @@ print(json.dumps(out))
 """
 
 
-def test_saved_models_load_in_a_new_process_after_import_hypernet_alone(digits, tmp_path):
-  keras.utils.set_random_seed(13)
-  hyper, hyper_data = _model_and_data("hyper", digits)
-  hyper.fit(hyper_data, epochs=1, verbose=0)
+def test_saved_models_load_in_a_new_process_after_import_hypernet_alone(digits, tmp_path,
+                                                                       uninterrupted):
+  hyper = uninterrupted("hyper")[0]  # Trained (and only read here).
   hyper.save(str(tmp_path / "hyper.keras"))
-  (x, c), _ = next(iter(hyper_data))
+  (x, c), _ = next(iter(_hyper_data(digits)))
   np.savez(tmp_path / "hyper_input.npz", x=x.numpy(), c=c.numpy())
   meta, _ = _model_and_data("metasgd", digits)
   batch = _batch(digits, seed=3)
