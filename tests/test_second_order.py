@@ -140,10 +140,11 @@ TRAINING = {"BatchNormalization": True, "Dropout": True, "GaussianNoise_Gaussian
             "BatchNormalization_axis1": True}
 
 
-def _derivatives(model, x, paths, training, compiled):
-  """Returns fn(flat w) -> (L, g, Hv) for the fixed direction v, v, and the function
-  that the finite differences call: fn itself when compiled, else eagerly
-  first(flat w) -> (L, g) (the same L and g, without the Hv they would discard)."""
+def _derivatives(model, x, paths, training, compiled, with_first=False):
+  """Returns fn(flat w) -> (L, g, Hv) for the fixed direction v, and v (also used by
+  tests/test_edges.py). with_first: also the function that the finite differences call,
+  first(flat w) -> (L, g): fn's when compiled, else one eager tape (the same L and g,
+  without the Hv they would discard)."""
   shapes = [tuple(functional.variable_paths(model)[p].shape) for p in paths]
   sizes = [int(np.prod(s)) for s in shapes]
   n = sum(sizes)
@@ -176,8 +177,8 @@ def _derivatives(model, x, paths, training, compiled):
 
   if compiled:
     fn = tf.function(fn)
-    return fn, v, lambda flat: fn(flat)[:2]
-  return fn, v, first
+    first = lambda flat: fn(flat)[:2]
+  return (fn, v, first) if with_first else (fn, v)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "function"])
@@ -188,7 +189,7 @@ def test_first_and_second_order_match_finite_differences(name, compiled):
   training = TRAINING.get(name, False)
   paths = list(functional.variable_paths(model, trainable=True))
   w0 = tf.concat([tf.reshape(functional.variable_paths(model)[p], [-1]) for p in paths], 0)
-  fn, v, first = _derivatives(model, x, paths, training, compiled)
+  fn, v, first = _derivatives(model, x, paths, training, compiled, with_first=True)
   loss, g, hv = fn(w0)
   # Central differences at h and 2h, Richardson-extrapolated: error O(h^4) (~1e-11 here)
   # instead of O(h^2) (~1e-9, as large as the 1e-9 floor below when g.v happens to be
