@@ -61,6 +61,19 @@ def _in_float32(build):
     keras.mixed_precision.set_global_policy(before)
 
 
+@pytest.fixture(scope="module")
+def float32_reference():
+  """``get(key, build)``: ``_in_float32(build)`` once per key for the module; the float32
+  reference a test compares with is the same for both low-precision policies."""
+  cache = {}
+
+  def get(key, build):
+    if key not in cache:
+      cache[key] = _in_float32(build)
+    return cache[key]
+  return get
+
+
 def test_functional_call_computes_in_the_low_precision(policy, digits):
   x = tf.constant(digits[0][:16])
   keras.utils.set_random_seed(1)
@@ -106,7 +119,7 @@ def _hyper():
       chunk_size=64, chunk_emb_dim=4, hidden=(8,)))
 
 
-def test_hypermodel_trains_as_a_plain_keras_model_does(policy, digits):
+def test_hypermodel_trains_as_a_plain_keras_model_does(policy, digits, float32_reference):
   model, losses = _fit(digits, _hyper)
   plain, _ = _fit(digits, _cnn, epochs=1)
   # Loss scaling exactly where Keras puts it for the plain model (float16 only).
@@ -115,13 +128,14 @@ def test_hypermodel_trains_as_a_plain_keras_model_does(policy, digits):
       policy == "mixed_float16")
   assert all(v.dtype == "float32" for v in model.trainable_weights)
   assert model.target.layers[0].compute_dtype == LOW[policy]
-  _, ref_losses = _in_float32(lambda: _fit(digits, _hyper))
+  _, ref_losses = float32_reference("hypermodel", lambda: _fit(digits, _hyper))
   assert losses[-1] < losses[0]  # It learns.
   for got, want in zip(losses, ref_losses):
     assert abs(got - want) < TOL[policy][0] * max(1.0, want) * 5, (losses, ref_losses)
 
 
-def test_meta_model_step_is_the_meta_gradient_in_the_low_precision(policy, digits):
+def test_meta_model_step_is_the_meta_gradient_in_the_low_precision(policy, digits,
+                                                                   float32_reference):
   """One ``fit()`` step with SGD(1) is minus the meta-gradient that ``hn.meta`` computes
   under the same policy (through Keras' loss scaling for float16), and a few dozen
   meta-steps learn as float32's do. (A single meta-step is not compared with float32's:
@@ -173,7 +187,7 @@ def test_meta_model_step_is_the_meta_gradient_in_the_low_precision(policy, digit
   model, scores = trained()
   assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) is (
       policy == "mixed_float16")
-  _, ref = _in_float32(trained)
+  _, ref = float32_reference("meta_model", trained)
   assert scores["accuracy"] > scores["accuracy_before"] + 0.1  # Adaptation learned.
   assert abs(scores["accuracy"] - ref["accuracy"]) < 0.1, (scores, ref)
 

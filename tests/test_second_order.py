@@ -140,8 +140,11 @@ TRAINING = {"BatchNormalization": True, "Dropout": True, "GaussianNoise_Gaussian
             "BatchNormalization_axis1": True}
 
 
-def _derivatives(model, x, paths, training, compiled):
-  """Returns fn(flat w) -> (L, g, Hv) for the fixed direction v."""
+def _derivatives(model, x, paths, training, compiled, with_first=False):
+  """Returns fn(flat w) -> (L, g, Hv) for the fixed direction v, and v (also used by
+  tests/test_edges.py). with_first: also the function that the finite differences call,
+  first(flat w) -> (L, g): fn's when compiled, else one eager tape (the same L and g,
+  without the Hv they would discard)."""
   shapes = [tuple(functional.variable_paths(model)[p].shape) for p in paths]
   sizes = [int(np.prod(s)) for s in shapes]
   n = sum(sizes)
@@ -149,21 +152,33 @@ def _derivatives(model, x, paths, training, compiled):
   c = tf.constant(np.random.default_rng(2).normal(size=(x.shape[0], 1)))
   x = tf.constant(x)
 
+  def loss_fn(flat):
+    parts = tf.split(flat, sizes)
+    weights = {p: tf.reshape(t, s) for p, t, s in zip(paths, parts, shapes)}
+    return tf.reduce_sum(c * functional.functional_call(model, weights, x,
+                                                        training=training))
+
   def fn(flat):
     with tf.GradientTape() as outer:
       outer.watch(flat)
       with tf.GradientTape() as inner:
         inner.watch(flat)
-        parts = tf.split(flat, sizes)
-        weights = {p: tf.reshape(t, s) for p, t, s in zip(paths, parts, shapes)}
-        loss = tf.reduce_sum(c * functional.functional_call(model, weights, x,
-                                                            training=training))
+        loss = loss_fn(flat)
       g = inner.gradient(loss, flat)
       gv = tf.reduce_sum(g * v)
     hv = outer.gradient(gv, flat)
     return loss, g, hv
 
-  return (tf.function(fn) if compiled else fn), v
+  def first(flat):
+    with tf.GradientTape() as tape:
+      tape.watch(flat)
+      loss = loss_fn(flat)
+    return loss, tape.gradient(loss, flat)
+
+  if compiled:
+    fn = tf.function(fn)
+    first = lambda flat: fn(flat)[:2]
+  return (fn, v, first) if with_first else (fn, v)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "function"])
@@ -174,7 +189,7 @@ def test_first_and_second_order_match_finite_differences(name, compiled):
   training = TRAINING.get(name, False)
   paths = list(functional.variable_paths(model, trainable=True))
   w0 = tf.concat([tf.reshape(functional.variable_paths(model)[p], [-1]) for p in paths], 0)
-  fn, v = _derivatives(model, x, paths, training, compiled)
+  fn, v, first = _derivatives(model, x, paths, training, compiled, with_first=True)
   loss, g, hv = fn(w0)
   # Central differences at h and 2h, Richardson-extrapolated: error O(h^4) (~1e-11 here)
   # instead of O(h^2) (~1e-9, as large as the 1e-9 floor below when g.v happens to be
@@ -182,8 +197,8 @@ def test_first_and_second_order_match_finite_differences(name, compiled):
   h = 1e-5
   central = {}
   for k in (1, 2):
-    lp, gp, _ = fn(w0 + k * h * v)
-    lm, gm, _ = fn(w0 - k * h * v)
+    lp, gp = first(w0 + k * h * v)
+    lm, gm = first(w0 - k * h * v)
     central[k] = ((lp - lm).numpy() / (2 * k * h), (gp - gm).numpy() / (2 * k * h))
   fd_first, fd_second = ((4 * central[1][i] - central[2][i]) / 3 for i in (0, 1))
   gv = float(tf.reduce_sum(g * v))

@@ -69,7 +69,8 @@ def token_batch(seed, batch=3):
 def flat_derivatives(call, variables, paths, seed=1):
   """``fn(flat w) -> (L, g, Hv)`` for ``L = sum(c * call(weights))`` with the weights at
   ``paths`` taken from the flat vector ``w``, and the fixed random direction ``v``; and
-  ``w0`` (the variables' values), ``v``."""
+  ``w0`` (the variables' values), ``v``. ``fn(w, second=False)`` gives ``(L, g, None)``
+  from one tape (what the finite differences of ``g`` need)."""
   shapes = [tuple(variables[p].shape) for p in paths]
   sizes = [int(np.prod(s)) for s in shapes]
   w0 = tf.concat([tf.reshape(tf.convert_to_tensor(variables[p]), [-1]) for p in paths], 0)
@@ -77,18 +78,23 @@ def flat_derivatives(call, variables, paths, seed=1):
   v = tf.constant(rng.normal(size=sum(sizes)))
   c = None
 
-  def fn(flat):
+  def first(flat):
     nonlocal c
+    with tf.GradientTape() as inner:
+      inner.watch(flat)
+      weights = {p: tf.reshape(t, s) for p, t, s in zip(paths, tf.split(flat, sizes), shapes)}
+      out = call(weights)
+      if c is None:
+        c = tf.constant(rng.normal(size=out.shape))
+      loss = tf.reduce_sum(c * tf.tanh(out))
+    return loss, inner.gradient(loss, flat)
+
+  def fn(flat, second=True):
+    if not second:
+      return first(flat) + (None,)
     with tf.GradientTape() as outer:
       outer.watch(flat)
-      with tf.GradientTape() as inner:
-        inner.watch(flat)
-        weights = {p: tf.reshape(t, s) for p, t, s in zip(paths, tf.split(flat, sizes), shapes)}
-        out = call(weights)
-        if c is None:
-          c = tf.constant(rng.normal(size=out.shape))
-        loss = tf.reduce_sum(c * tf.tanh(out))
-      g = inner.gradient(loss, flat)
+      loss, g = first(flat)
       gv = tf.reduce_sum(g * v)
     return loss, g, outer.gradient(gv, flat)
 
@@ -101,8 +107,8 @@ def finite_difference_errors(fn, w0, v, h=1e-5):
   _, g, hv = fn(w0)
   central = {}
   for k in (1, 2):
-    lp, gp, _ = fn(w0 + k * h * v)
-    lm, gm, _ = fn(w0 - k * h * v)
+    lp, gp, _ = fn(w0 + k * h * v, second=False)
+    lm, gm, _ = fn(w0 - k * h * v, second=False)
     central[k] = ((lp - lm).numpy() / (2 * k * h), (gp - gm).numpy() / (2 * k * h))
   fd_first, fd_second = ((4 * central[1][i] - central[2][i]) / 3 for i in (0, 1))
   gv = float(tf.reduce_sum(g * v))
