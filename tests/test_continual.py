@@ -3,6 +3,7 @@ protection of earlier tasks' weights, resume inside the sequence, entropy task
 inference, and the baselines in the same loop (on split digits: embedded, fast)."""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -105,6 +106,45 @@ def _restored(config, workdir):
   return trainer
 
 
+def _copy_of(workdir, tmp_path):
+  shutil.copytree(workdir, tmp_path, dirs_exist_ok=True)
+  return tmp_path
+
+
+def _sequence_config(method, **overrides):
+  """3 tasks x 20 steps, a checkpoint every 10 steps, all kept (those at the tasks' ends
+  too: 20, 40, 60)."""
+  return _config(method, steps=20, tasks=3,
+                 **dict({"checkpoint_every": 10, "checkpoint_keep": 6}, **overrides))
+
+
+@pytest.fixture(scope="module")
+def sequence_runs(tmp_path_factory):
+  """``sequence_runs(method)``: (config, result, workdir) of the uninterrupted
+  _sequence_config run, trained once for the tests that read it (never written to: a
+  test that restores or resumes it works on a copy)."""
+  runs = {}
+
+  def get(method):
+    if method not in runs:
+      workdir = tmp_path_factory.mktemp(f"sequence_{method}")
+      config = _sequence_config(method)
+      runs[method] = (config, loop.train_and_evaluate(config, str(workdir)), workdir)
+    return runs[method]
+
+  return get
+
+
+@pytest.fixture(scope="module")
+def ppca_run(tmp_path_factory):
+  """(config, result, workdir) of a 2 x 30-step run with PPCA task inference at 3
+  components, shared by the tests that read it (each restores a copy)."""
+  workdir = tmp_path_factory.mktemp("ppca_run")
+  config = _config(steps=30, **{"continual.task_inference": "ppca",
+                                "continual.ppca_components": 3, "eval_batch_size": 1000})
+  return config, loop.train_and_evaluate(config, str(workdir)), workdir
+
+
 @pytest.mark.parametrize("beta", [0.0, 1000.0])
 def test_output_regularizer_keeps_task_0_weights(tmp_path, beta):
   """After task 1, the weights generated for task 0 stay within 1% (relative) of those
@@ -158,20 +198,19 @@ def test_refresh_targets_and_per_task_schedule(tmp_path, refresh):
 
 
 @pytest.mark.parametrize("method", ["hnet", "independent"])
-def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path, method):
+def test_resume_inside_the_sequence_equals_uninterrupted(tmp_path, method, sequence_runs):
   """Stopped inside task 2 (step 50 of 3 x 20), rerun to the end: same checkpoint values,
   same accuracy matrices (the stored targets of tasks 0 and 1, or the stored networks
   and the one in training, came back intact)."""
-  full = _config(method, steps=20, tasks=3, **{"checkpoint_every": 10})
-  straight = loop.train_and_evaluate(full, str(tmp_path / "a"))
-  part = _config(method, steps=20, tasks=3, **{"checkpoint_every": 10, "num_steps": 50})
+  full, straight, a = sequence_runs(method)
+  part = _sequence_config(method, num_steps=50)
   loop.train_and_evaluate(part, str(tmp_path / "b"))
   resumed = loop.train_and_evaluate(full, str(tmp_path / "b"))
   for key in ("cl1/matrix", "cl3/matrix"):
     np.testing.assert_allclose(resumed[key], straight[key], atol=1e-6)
-  ra = tf.train.load_checkpoint(str(tmp_path / "a" / "checkpoints"))
+  ra = tf.train.load_checkpoint(str(a / "checkpoints"))
   rb = tf.train.load_checkpoint(str(tmp_path / "b" / "checkpoints"))
-  for n, _ in tf.train.list_variables(str(tmp_path / "a" / "checkpoints")):
+  for n, _ in tf.train.list_variables(str(a / "checkpoints")):
     if n.startswith(("save_counter", "_CHECKPOINTABLE")):
       continue
     np.testing.assert_allclose(ra.get_tensor(n), rb.get_tensor(n), rtol=1e-5, atol=1e-6,
@@ -212,7 +251,7 @@ def test_baselines_run_in_the_same_loop(tmp_path, method):
     assert json.load(f)["cl1/forgetting"] == pytest.approx(result["cl1/forgetting"])
 
 
-def test_independent_networks_optimiser_steps_one_network(tmp_path):
+def test_independent_networks_optimiser_steps_one_network(tmp_path, sequence_runs):
   """The independent networks' optimiser holds and updates one network (the task's
   working set), not all T: Adam's two moments are 2 x one target, where a [T, ...] table
   of trainable sets gave 2 x T x one target and a dense update of every set each step.
@@ -220,9 +259,8 @@ def test_independent_networks_optimiser_steps_one_network(tmp_path):
   weights(range(T)) give the set stored at the end of task t (the checkpoint after it),
   untouched by the later tasks, and the reported counts are the T sets."""
   T, steps = 3, 20
-  config = _config(method="independent", steps=steps, tasks=T)
-  loop.train_and_evaluate(config, str(tmp_path))
-  trainer = _restored(config, tmp_path)
+  config, _, workdir = sequence_runs("independent")   # 3 tasks x 20 steps
+  trainer = _restored(config, _copy_of(workdir, tmp_path))
   task = trainer.task
   size = lambda vs: int(sum(np.prod(v.shape) for v in vs))
   one = size(task.target.trainable_variables)
@@ -329,7 +367,10 @@ def test_bad_continual_config_names_the_field(tmp_path):
 def test_ppca_log_likelihood_is_the_gaussian_density_of_its_covariance():
   """Tipping & Bishop's closed form against the dense Gaussian log-density with
   C = U_r (Lambda_r - sigma^2 I) U_r^T + sigma^2 I (float64), and the fit's sigma^2 is
-  the mean of the discarded eigenvalues."""
+  the mean of the discarded eigenvalues; a task's fit holds one float64 copy of its
+  images."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import tracemalloc  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   d, r = 12, 3
   x = rng.normal(size=(400, d)) @ rng.normal(size=(d, d)) * 0.3 + rng.normal(size=d)
@@ -357,16 +398,49 @@ def test_ppca_log_likelihood_is_the_gaussian_density_of_its_covariance():
   fit = task_inference.ppca_fit(np.zeros((10, d), np.uint8), r)
   dens = task_inference.ppca_log_likelihood(np.stack([np.zeros(d), np.ones(d)]), *fit)
   assert np.all(np.isfinite(dens.numpy())) and dens[0] > dens[1]
+  # A task's input density (ContinualTask._fit_density) is fitted on one float64 copy of
+  # its training images, scaled and then centred in place (the fit held three at once,
+  # the cast, the scaled and the centred copy: 1.1 GB for a 60,000-image MNIST task), to
+  # the same values bit for bit; ppca_fit leaves a float64 array it is given as it was
+  # unless told to overwrite it.
+  task = continual_learning.ContinualTask(_config())
+  images = np.random.default_rng(0).integers(0, 17, size=(20000, 8, 8, 1), dtype=np.uint8)
+  task.tasks[0] = dataclasses.replace(task.tasks[0], x_train=images,
+                                      y_train=np.zeros(len(images), np.int32))
+  tracemalloc.start()
+  try:
+    task._fit_density(0)  # pylint: disable=protected-access
+    _, peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  assert peak < 1.5 * images.size * 8, peak / (images.size * 8)   # the old fit: >= 2
+  scaled = images.reshape(len(images), -1).astype(np.float64) * task.tasks[0].pixel_scale
+  components = int(task.config.continual.ppca_components)
+  given = scaled.copy()
+  task_fit = task_inference.ppca_fit(given, components)
+  np.testing.assert_array_equal(given, scaled)
+  centred = scaled - scaled.mean(0)   # the plain formula
+  eigenvalues = np.linalg.eigh(centred.T @ centred / len(scaled))[0][::-1]
+  np.testing.assert_array_equal(task_fit[2], eigenvalues[:components])
+  for a, b, stored in zip(task_fit, task_inference.ppca_fit(given, components, overwrite_x=True),
+                          (task.state.ppca_mean, task.state.ppca_basis, task.state.ppca_scales,
+                           task.state.ppca_noise)):
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(stored[0].numpy(), tf.cast(a, stored.dtype).numpy())
 
 
 @pytest.mark.parametrize("inference", ["entropy", "ppca"])
-def test_final_evaluation_infers_among_every_task(tmp_path, inference):
+def test_final_evaluation_infers_among_every_task(tmp_path, inference, request):
   """The loop's last evaluation runs after the end-of-task event (which fits the last
   task's density for ppca): its CL1 / CL3 accuracies are the means of the matrices' last
-  rows (equal-sized test sets), and the last task is one of the CL3 choices."""
-  config = _config(steps=30, **{"continual.task_inference": inference,
-                                "eval_batch_size": 1000})
-  result = loop.train_and_evaluate(config, str(tmp_path))
+  rows (equal-sized test sets), and the last task is one of the CL3 choices (ppca: the
+  run of test_cl3_scores_script_reproduces_the_runs_cl3)."""
+  if inference == "ppca":
+    _, result, _ = request.getfixturevalue("ppca_run")
+  else:
+    config = _config(steps=30, **{"continual.task_inference": inference,
+                                  "eval_batch_size": 1000})
+    result = loop.train_and_evaluate(config, str(tmp_path))
   assert result["cl3_accuracy"] == pytest.approx(result["cl3/final_accuracy"], abs=1e-6)
   assert result["accuracy"] == pytest.approx(result["cl1/final_accuracy"], abs=1e-6)
   last = np.array(result["cl3/matrix"])[-1]
@@ -401,14 +475,13 @@ def test_ppca_task_inference_on_split_fashion_mnist(tmp_path):
   assert ppca > entropy + 0.2, (ppca, entropy)
 
 
-def test_cl3_scores_script_reproduces_the_runs_cl3(tmp_path):
+def test_cl3_scores_script_reproduces_the_runs_cl3(tmp_path, ppca_run):
   """experiments/cl3_scores.py on a finished digits run: its per-task PPCA row at the
   run's components gives the run's own CL3 accuracy (same fit, same test images), and
   the raw entropy row the CL3 of the same weights under task_inference='entropy'."""
   import subprocess  # pylint: disable=g-import-not-at-top
-  config = _config(steps=30, **{"continual.task_inference": "ppca",
-                                "continual.ppca_components": 3, "eval_batch_size": 1000})
-  result = loop.train_and_evaluate(config, str(tmp_path))
+  _, result, workdir = ppca_run
+  _copy_of(workdir, tmp_path)
   entropy = _config(steps=30, **{"continual.task_inference": "entropy",
                                  "eval_batch_size": 1000})
   entropy_cl3 = loop.Trainer(entropy, str(tmp_path))

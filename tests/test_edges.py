@@ -537,10 +537,25 @@ NOT_SMOOTH = {
 EDGES = sorted(NOT_SMOOTH)
 
 
-def _edge_point(name, edge):
+@pytest.fixture(scope="module")
+def second_order_case():
+  """``second_order_case(name)``: test_second_order's ``CASES[name]()`` built once under
+  seed 0 for the four edges of that layer (the tests write nothing to it: the weights go
+  in as arguments of functional_call; each edge takes its own copies of the values)."""
   from test_second_order import CASES  # pylint: disable=g-import-not-at-top
-  keras.utils.set_random_seed(0)
-  model, x = CASES[name]()
+  built = {}
+
+  def get(name):
+    if name not in built:
+      keras.utils.set_random_seed(0)
+      built[name] = CASES[name]()
+    return built[name]
+
+  return get
+
+
+def _edge_point(case, edge):
+  model, x = case
   variables = functional.variable_paths(model)
   paths = list(functional.variable_paths(model, trainable=True))
   values = {p: variables[p].numpy() for p in paths}
@@ -564,12 +579,12 @@ STEP = {("RMSNormalization", "zero"): 1e-7, ("SimpleRNN", "saturated"): 1e-6}
 @pytest.mark.parametrize("compiled,edge", [(False, e) for e in EDGES] + [(True, "zero")],
                          ids=[f"eager-{e}" for e in EDGES] + ["function-zero"])
 @pytest.mark.parametrize("name", sorted(__import__("test_second_order").CASES))
-def test_layers_finite_and_exact_at_edge_inputs(name, edge, compiled):
+def test_layers_finite_and_exact_at_edge_inputs(name, edge, compiled, second_order_case):
   """First and second order at the edges, against central finite differences (the
   rounding floor ``1e-12 |g| / h`` covers Hessians below what differences of a
   float64 gradient resolve, e.g. through saturated tanh)."""
   from test_second_order import TRAINING, _derivatives  # pylint: disable=g-import-not-at-top
-  model, x, paths, w0 = _edge_point(name, edge)
+  model, x, paths, w0 = _edge_point(second_order_case(name), edge)
   fn, v = _derivatives(model, x, paths, TRAINING.get(name, False), compiled)
   loss, g, hv = fn(tf.constant(w0))
   for what, t in (("loss", loss), ("gradient", g), ("Hessian-vector product", hv)):

@@ -2,6 +2,7 @@
 import json
 import re
 import os
+import shutil
 import sys
 import time
 
@@ -25,6 +26,20 @@ def _small_config(**overrides):
   c.optim.schedule = "constant"
   c.update_from_flattened_dict(overrides)
   return c
+
+
+@pytest.fixture(scope="module")
+def trained_20(tmp_path_factory):
+  """A finished 20-step run of _small_config (ckpt-20): the run the resume tests start
+  from. Never written to: each test resumes a copy of it (_copy_of)."""
+  path = tmp_path_factory.mktemp("trained_20")
+  loop.train_and_evaluate(_small_config(num_steps=20), str(path))
+  return path
+
+
+def _copy_of(workdir, tmp_path):
+  shutil.copytree(workdir, tmp_path, dirs_exist_ok=True)
+  return tmp_path
 
 
 def _checkpoint_values(workdir):
@@ -127,8 +142,9 @@ def test_resume_matches_uninterrupted_run(tmp_path):
   assert resumed["accuracy"] == pytest.approx(straight["accuracy"], abs=1e-6)
 
 
-def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path):
-  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path,
+                                                                        trained_20):
+  _copy_of(trained_20, tmp_path)
   good = _checkpoint_values(tmp_path)
   bad = _small_config(num_steps=60, **{"optim.lr": 1e30})
   with pytest.raises(loop.NonFiniteLossError, match=r"at step (2[1-9]|3\d|40)\b"):
@@ -140,22 +156,22 @@ def test_nan_loss_stops_naming_the_step_and_keeps_last_good_checkpoint(tmp_path)
     np.testing.assert_array_equal(good[k], after[k])
 
 
-def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path):
+def test_resume_with_an_incompatible_config_names_the_changed_fields(tmp_path, trained_20):
   from hypernet import config_lib
-  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  _copy_of(trained_20, tmp_path)
   plain = _small_config(num_steps=40, **{"hypernet.kind": "none"})
   with pytest.raises(config_lib.ConfigError,
                      match=r"does not fit this config.*hypernet\.kind: 'chunked' -> 'none'"):
     loop.train_and_evaluate(plain, str(tmp_path))
 
 
-def test_resume_of_another_versions_checkpoint_says_so(tmp_path, monkeypatch):
+def test_resume_of_another_versions_checkpoint_says_so(tmp_path, monkeypatch, trained_20):
   """A checkpoint that does not fit though the config is the same (a hypernet version
   with another checkpoint layout wrote it) is refused as such, not as an 'unknown'
   config change with the advice to rerun with the same config."""
   from hypernet import config_lib
   from hypernet.tasks import classification
-  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+  _copy_of(trained_20, tmp_path)
   trackables = classification.ClassificationTask.trackables
   monkeypatch.setattr(classification.ClassificationTask, "trackables",
                       lambda self: dict(trackables(self), added=tf.Variable(0.0)))
@@ -166,8 +182,8 @@ def test_resume_of_another_versions_checkpoint_says_so(tmp_path, monkeypatch):
   assert "unknown" not in str(e.value)
 
 
-def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path):
-  loop.train_and_evaluate(_small_config(num_steps=20), str(tmp_path))
+def test_resume_with_a_changed_lr_keeps_the_original_config_json(tmp_path, trained_20):
+  _copy_of(trained_20, tmp_path)
   original = (tmp_path / "config.json").read_text()
   result = loop.train_and_evaluate(_small_config(num_steps=40, **{"optim.lr": 3e-3}),
                                         str(tmp_path))

@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 
-def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
-             ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6,
+             overwrite_x: bool = False) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
   """The maximum-likelihood probabilistic PCA of ``x`` (Tipping & Bishop 1999, Eq. 7-8).
 
   Args:
@@ -26,6 +26,9 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
     components: ``r``, ``1 <= r < D``.
     floor: eigenvalues are kept above ``floor`` times the mean eigenvalue, and above
       1e-12 (pixels that never change, e.g. an image's border, have zero variance).
+    overwrite_x: ``x`` (float64) may be centred in place: no second ``[N, D]`` float64
+      array (an input of another dtype is converted to a new array, centred in place
+      either way).
 
   Returns:
     ``(mean [D], basis [r, D], scales [r], noise)``: the mean, the top ``r``
@@ -36,7 +39,10 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
     ValueError: ``components`` not an integer in ``[1, D)``, or no more examples than
       components (the sample covariance would have fewer than ``r`` non-zero eigenvalues).
   """
+  given = x
   x = np.asarray(x, np.float64)
+  # A new array (converted from another dtype or a list) is centred in place too.
+  own = overwrite_x or not (isinstance(given, np.ndarray) and np.may_share_memory(x, given))
   if x.ndim < 2 or not x.size:
     raise ValueError(f"ppca_fit needs examples [N, D] (or [N, ...]), got shape {x.shape}.")
   x = x.reshape(len(x), -1)
@@ -49,7 +55,11 @@ def ppca_fit(x: np.ndarray, components: int, floor: float = 1e-6
     raise ValueError(f"ppca_fit with components={components} needs more examples than "
                      f"components, got {n}.")
   mean = x.mean(0)
-  centred = x - mean
+  if own and x.flags.writeable:
+    x -= mean
+    centred = x
+  else:
+    centred = x - mean
   cov = centred.T @ centred / n
   values, vectors = np.linalg.eigh(cov)              # ascending
   values, vectors = values[::-1], vectors[:, ::-1]

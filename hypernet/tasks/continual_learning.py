@@ -417,9 +417,12 @@ class ContinualTask(protocol.Task):
     """Fits task ``t``'s input density (``task_inference="ppca"``) on its training
     images, as the pipeline feeds them (scaled by ``pixel_scale``)."""
     data = self.tasks[t]
-    x = data.x_train.reshape(len(data.x_train), -1).astype(np.float64) * data.pixel_scale
+    # One float64 copy of the images, scaled and then centred in place (a scaled and a
+    # centred copy beside it: 3 x 376 MB for a 60,000-image MNIST task).
+    x = data.x_train.reshape(len(data.x_train), -1).astype(np.float64)
+    x *= data.pixel_scale
     mean, basis, scales, noise = task_inference.ppca_fit(
-        x, int(self.config.continual.ppca_components))
+        x, int(self.config.continual.ppca_components), overwrite_x=True)
     for var, value in ((self.state.ppca_mean, mean), (self.state.ppca_basis, basis),
                        (self.state.ppca_scales, scales), (self.state.ppca_noise, noise)):
       var.assign(tf.tensor_scatter_nd_update(var, [[t]], tf.cast(value, var.dtype)[None]))
