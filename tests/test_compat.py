@@ -9,7 +9,6 @@ libraries wrapping the same Keras methods, and Keras' moved backend modules.
 import json
 import logging
 import os
-import subprocess
 import sys
 import textwrap
 import types
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import forked
 from hypernet.core import functional, weight_roles
 from hypernet.meta import inner_loop
 from hypernet.numerics import compat, fused_norm, plain_bias, second_order
@@ -91,48 +91,13 @@ def _ops(fn, *args):
 # each test's is defined above it.
 _FRESH_SCRIPTS = {}
 
-# One Python process runs every script of _FRESH_SCRIPTS, each in a child forked before
-# anything of hypernet is imported (after TensorFlow and Keras, which every script imports
-# first: not what they test), its stdout, stderr and exit status written to DIR/NAME.*.
-_FORK_EACH = """
-import json, os, sys, traceback
-import keras, tensorflow  # Not ours: loaded once, before the forks.
-folder, scripts = sys.argv[1], json.loads(sys.argv[2])
-for name, code in scripts.items():
-  sys.stdout.flush(); sys.stderr.flush()
-  pid = os.fork()
-  if pid == 0:  # A child with no hypernet module loaded runs just this script.
-    status = 0
-    for fd, ext in ((1, "out"), (2, "err")):
-      os.dup2(os.open(os.path.join(folder, name + "." + ext),
-                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    try:
-      exec(compile(code, name, "exec"), {"__name__": "__main__"})
-    except BaseException:
-      traceback.print_exc()
-      status = 1
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(status)
-  with open(os.path.join(folder, name + ".status"), "w") as f:
-    f.write(str(os.waitpid(pid, 0)[1]))
-"""
-
-
 @pytest.fixture(scope="module")
 def fresh_processes(tmp_path_factory):
   """Runs each script of ``_FRESH_SCRIPTS`` in a fresh process (a child forked before any
   hypernet import, one launch of Python for all): ``{name: (status, stdout, stderr)}``."""
   folder = tmp_path_factory.mktemp("fresh")
-  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-             TF_CPP_MIN_LOG_LEVEL="3")
-  scripts = {name: textwrap.dedent(code) for name, code in _FRESH_SCRIPTS.items()}
-  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), json.dumps(scripts)],
-                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
-                        check=False)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return {name: (int((folder / f"{name}.status").read_text()),
-                 (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text())
-          for name in scripts}
+  runs = {name: (textwrap.dedent(code), {}, []) for name, code in _FRESH_SCRIPTS.items()}
+  return forked.run_each(folder, runs, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), 600)
 
 
 def _run_script(fresh_processes, name: str) -> dict:

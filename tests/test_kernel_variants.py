@@ -20,6 +20,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import forked
 from hypernet.numerics import norm_relu_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,36 +69,6 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-# One Python process runs ``SCRIPT`` for each variant named on its command line, each in a
-# child forked after TensorFlow loads and before the kernel module is imported (so each
-# child builds and loads its own variant), its output written to DIR/VARIANT.npz, its
-# stdout and stderr to DIR/VARIANT.out / .err and its exit status to DIR/VARIANT.status.
-_FORK_EACH = """
-import json, os, sys, traceback
-import numpy, tensorflow  # Not what is compared: loaded once, before the forks.
-folder, script, variants = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-for variant, arch in variants.items():
-  sys.stdout.flush(); sys.stderr.flush()
-  pid = os.fork()
-  if pid == 0:  # A child with no build of the op loaded builds and runs this variant.
-    status = 0
-    for fd, ext in ((1, "out"), (2, "err")):
-      os.dup2(os.open(os.path.join(folder, variant + "." + ext),
-                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    os.environ[ARCH_ENV] = arch
-    sys.argv = ["-c", os.path.join(folder, variant + ".npz")]
-    try:
-      exec(compile(script, variant, "exec"), {"__name__": "__main__"})
-    except BaseException:
-      traceback.print_exc()
-      status = 1
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(status)
-  with open(os.path.join(folder, variant + ".status"), "w") as f:
-    f.write(str(os.waitpid(pid, 0)[1]))
-""".replace("ARCH_ENV", repr(norm_relu_pool.ARCH_ENV))
-
-
 def _runs_here(variant: str) -> bool:
   isa = norm_relu_pool.target_isa(VARIANTS[variant].split())
   return isa is not None and set(isa) <= norm_relu_pool.cpu_extensions()
@@ -113,11 +84,9 @@ def variant_runs(tmp_path_factory) -> dict:
   env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
              TF_CPP_MIN_LOG_LEVEL="2")
   env.pop(norm_relu_pool.ARCH_ENV, None)
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), SCRIPT,
-                         json.dumps(variants)], env=env, cwd=ROOT, capture_output=True,
-                        text=True, timeout=300 * len(variants), check=False)
-  assert done.returncode == 0, done.stderr[-3000:]
+  runs = {v: (SCRIPT, {norm_relu_pool.ARCH_ENV: flags}, [str(folder / f"{v}.npz")])
+          for v, flags in variants.items()}
+  forked.run_each(folder, runs, env, 300 * len(variants))  # Each variant's 300 s.
   return {v: folder for v in variants}
 
 

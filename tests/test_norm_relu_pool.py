@@ -8,11 +8,8 @@ TensorFlow's separate ops), what is not dispatched, the fallback when the kernel
 be compiled, and the Trainer's ``fused_blocks`` switch.
 """
 import collections
-import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -20,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import forked
 from hypernet.core import functional
 from hypernet.numerics import norm_relu_pool
 from hypernet.training import loop
@@ -447,35 +445,6 @@ def test_dispatch_only_for_a_2x2_valid_pool_of_a_fused_batch_norm_relu(case):
 # a compiler of its own), by name; each test's is defined above it.
 _FRESH_SCRIPTS = {}
 
-# One Python process runs each script named on its command line in a child forked after
-# TensorFlow loads and before any hypernet import, under its own environment (its CXX and
-# kernel cache); the child's stdout, stderr and exit status go to DIR/NAME.out / .err /
-# .status.
-_FORK_EACH = """
-import json, os, sys, traceback
-import keras, numpy, tensorflow  # Not ours: loaded once, before the forks.
-folder, runs = sys.argv[1], json.loads(sys.argv[2])
-for name, (script, env) in runs.items():
-  sys.stdout.flush(); sys.stderr.flush()
-  pid = os.fork()
-  if pid == 0:  # A child with no hypernet module loaded runs just this script.
-    status = 0
-    for fd, ext in ((1, "out"), (2, "err")):
-      os.dup2(os.open(os.path.join(folder, name + "." + ext),
-                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    os.environ.update(env)
-    try:
-      exec(compile(script, name, "exec"), {"__name__": "__main__"})
-    except BaseException:
-      traceback.print_exc()
-      status = 1
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(status)
-  with open(os.path.join(folder, name + ".status"), "w") as f:
-    f.write(str(os.waitpid(pid, 0)[1]))
-"""
-
-
 @pytest.fixture(scope="module")
 def fresh_processes(tmp_path_factory):
   """Runs the scripts of ``_FRESH_SCRIPTS`` in fresh processes (children forked before any
@@ -500,18 +469,11 @@ def fresh_processes(tmp_path_factory):
   for name, compiler in compilers.items():
     (folder / f"{name}_cache").mkdir()
     runs[name] = (textwrap.dedent(_FRESH_SCRIPTS[name]),
-                  {"HYPERNET_KERNEL_CACHE": str(folder / f"{name}_cache"), "CXX": compiler})
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                  {"HYPERNET_KERNEL_CACHE": str(folder / f"{name}_cache"), "CXX": compiler}, [])
   env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
              TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run([sys.executable, "-c", _FORK_EACH, str(folder), json.dumps(runs)],
-                        env=env, cwd=root, capture_output=True, text=True, timeout=300,
-                        check=False)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return {name: (int((folder / f"{name}.status").read_text()),
-                 (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text(),
-                 folder / f"{name}_cache") for name in runs}
+  return {name: (*result, folder / f"{name}_cache")
+          for name, result in forked.run_each(folder, runs, env, 300).items()}
 
 
 _FRESH_SCRIPTS["no_compiler"] = """
