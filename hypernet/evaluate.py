@@ -313,6 +313,8 @@ def main(argv):
     cli.check_checkpoint_exists(workdir, checkpoint)
     logging.info("Evaluating %s (loading TensorFlow) ...", workdir)
     cli.quiet_startup(sys.argv)
+    from hypernet.training import loop  # pylint: disable=g-import-not-at-top,unused-import
+    cli.freeze_imported_objects()
     result = evaluate(workdir, checkpoint, _EXPORT.value or None, _CONDITION.value,
                       _OUTPUT.value or None, _DATA_DIR.value, _SOFTMAX.value, applied)
     output = _OUTPUT.value or Workdir(workdir).eval_metrics(result["step"],

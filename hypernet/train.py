@@ -48,6 +48,7 @@ def main(argv):
     start = time.time()
     cli.quiet_startup(sys.argv)
     from hypernet.training import export, loop  # pylint: disable=g-import-not-at-top
+    cli.freeze_imported_objects()
     logging.info("Loaded TensorFlow in %.1f s; loading the data and building the model ...",
                  time.time() - start)
     result = loop.train_and_evaluate(config, workdir)

@@ -410,3 +410,28 @@ def test_train_finds_the_config_from_another_directory_and_reports_its_version(t
     out = subprocess.run([sys.executable, "-m", module, "--version"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stdout) == (0, f"hypernet {hypernet.__version__}\n"), out
+
+
+def test_frozen_imports_leave_later_garbage_collected():
+  """cli.freeze_imported_objects (called by hypernet.train and hypernet.evaluate after
+  TensorFlow's import): what was alive is frozen, a cycle made afterwards is still freed."""
+  import gc  # pylint: disable=g-import-not-at-top
+  import weakref  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top,unused-import
+  saved = gc.get_threshold()
+  try:
+    frozen = cli.freeze_imported_objects(young_generation=5_000)
+    assert frozen == gc.get_freeze_count() > 100_000  # TensorFlow's and Keras' objects
+    assert gc.isenabled() and gc.get_threshold() == (5_000, 10, 10)
+
+    class Node:
+      pass
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle: reference counting alone never frees it
+    alive = weakref.ref(a)
+    del a, b
+    assert alive() is not None
+    gc.collect()
+    assert alive() is None
+  finally:
+    gc.set_threshold(*saved)
