@@ -433,5 +433,6 @@ def test_frozen_imports_leave_later_garbage_collected():
     assert alive() is not None
     gc.collect()
     assert alive() is None
-  finally:
+  finally:  # This process runs other tests: what was frozen here is collectable again.
+    gc.unfreeze()
     gc.set_threshold(*saved)
